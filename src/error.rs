@@ -1,0 +1,165 @@
+//! The one error type of pg_embed. Plain Rust: the SQL layer (`sql.rs`) turns each
+//! variant into an `ereport` with the SQLSTATE returned by [`Error::sqlstate`].
+
+use std::path::PathBuf;
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// SQLSTATE classes used by pg_embed (names as in PostgreSQL's errcodes.txt).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SqlState {
+    /// 22023 invalid_parameter_value
+    InvalidParameterValue,
+    /// 42704 undefined_object
+    UndefinedObject,
+    /// 42501 insufficient_privilege
+    InsufficientPrivilege,
+    /// 55000 object_not_in_prerequisite_state
+    ObjectNotInPrerequisiteState,
+    /// 58P01 undefined_file
+    UndefinedFile,
+    /// 58030 io_error
+    IoError,
+    /// XX001 data_corrupted
+    DataCorrupted,
+    /// 0A000 feature_not_supported
+    FeatureNotSupported,
+    /// 22004 null_value_not_allowed
+    NullValueNotAllowed,
+    /// 22000 data_exception
+    DataException,
+    /// XX000 internal_error
+    InternalError,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("model \"{0}\" is not registered")]
+    ModelNotRegistered(String),
+
+    #[error("invalid model name \"{0}\"")]
+    InvalidModelName(String),
+
+    #[error("permission denied to {action}")]
+    PermissionDenied { action: &'static str },
+
+    #[error("pg_embed.model_dir is not set")]
+    ModelDirNotSet,
+
+    #[error("model source \"{source_name}\" is outside pg_embed.model_dir \"{model_dir}\"")]
+    SourceOutsideModelDir { source_name: String, model_dir: String },
+
+    #[error("pg_embed.model_dir \"{model_dir}\" is not usable: {message}")]
+    ModelDirInvalid { model_dir: String, message: String },
+
+    #[error("invalid model source \"{source_name}\": {reason}")]
+    InvalidSource { source_name: String, reason: String },
+
+    #[error("model source \"{source_name}\" is not supported: {reason}")]
+    UnsupportedSource { source_name: String, reason: String },
+
+    #[error("model source \"{source_name}\" does not exist in pg_embed.model_dir \"{model_dir}\"")]
+    SourceNotFound { source_name: String, model_dir: String },
+
+    #[error("model file \"{}\" is missing", path.display())]
+    MissingFile { path: PathBuf },
+
+    #[error("could not read model file \"{}\": {message}", path.display())]
+    Io { path: PathBuf, message: String },
+
+    #[error("invalid model file \"{}\": {message}", path.display())]
+    InvalidFile { path: PathBuf, message: String },
+
+    #[error("unsupported {what} \"{value}\" in \"{}\"", path.display())]
+    Unsupported { what: &'static str, value: String, path: PathBuf, supported: &'static str },
+
+    #[error("invalid options: {0}")]
+    InvalidOptions(String),
+
+    #[error("could not tokenize input: {0}")]
+    Tokenize(String),
+
+    #[error("{what} must not be NULL")]
+    NullArgument { what: &'static str },
+
+    #[error("catalog access failed: {0}")]
+    Catalog(String),
+
+    #[error("inference failed: {0}")]
+    Inference(String),
+}
+
+impl Error {
+    pub fn sqlstate(&self) -> SqlState {
+        use Error::*;
+        match self {
+            ModelNotRegistered(_) => SqlState::UndefinedObject,
+            InvalidModelName(_) | InvalidOptions(_) | InvalidSource { .. } => {
+                SqlState::InvalidParameterValue
+            }
+            ModelDirInvalid { .. } => SqlState::UndefinedFile,
+            PermissionDenied { .. } | SourceOutsideModelDir { .. } => {
+                SqlState::InsufficientPrivilege
+            }
+            ModelDirNotSet => SqlState::ObjectNotInPrerequisiteState,
+            UnsupportedSource { .. } | Unsupported { .. } => SqlState::FeatureNotSupported,
+            SourceNotFound { .. } | MissingFile { .. } => SqlState::UndefinedFile,
+            Io { .. } => SqlState::IoError,
+            InvalidFile { .. } => SqlState::DataCorrupted,
+            Tokenize(_) => SqlState::DataException,
+            NullArgument { .. } => SqlState::NullValueNotAllowed,
+            Inference(_) | Catalog(_) => SqlState::InternalError,
+        }
+    }
+
+    /// A hint for the user, where one helps.
+    pub fn hint(&self) -> Option<String> {
+        use Error::*;
+        match self {
+            ModelNotRegistered(_) => {
+                Some("Register it with embed.register_model(name, source); see embed.models.".into())
+            }
+            ModelDirNotSet => Some(
+                "A superuser sets it in postgresql.conf or with ALTER SYSTEM SET pg_embed.model_dir = '/path/to/models'."
+                    .into(),
+            ),
+            SourceOutsideModelDir { .. } => Some(
+                "Sources are directories inside pg_embed.model_dir; \"..\", absolute paths and symlinks may not leave it."
+                    .into(),
+            ),
+            Unsupported { supported, .. } => Some(format!("Supported: {supported}.")),
+            PermissionDenied { .. } => Some("Only superusers may register or drop models.".into()),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn io(path: impl Into<PathBuf>, err: std::io::Error) -> Self {
+        let path = path.into();
+        if err.kind() == std::io::ErrorKind::NotFound {
+            Error::MissingFile { path }
+        } else {
+            Error::Io { path, message: err.to_string() }
+        }
+    }
+
+    pub(crate) fn invalid_file(path: impl Into<PathBuf>, message: impl ToString) -> Self {
+        Error::InvalidFile { path: path.into(), message: message.to_string() }
+    }
+
+    /// Makes a relative file path in the error (as model files report them) absolute.
+    pub(crate) fn in_dir(mut self, dir: &std::path::Path) -> Self {
+        use Error::*;
+        if let Unsupported { path, .. } | InvalidFile { path, .. } | MissingFile { path } | Io { path, .. } =
+            &mut self
+        {
+            if path.is_relative() {
+                *path = dir.join(&*path);
+            }
+        }
+        self
+    }
+
+    pub(crate) fn inference(err: candle_core::Error) -> Self {
+        Error::Inference(err.to_string())
+    }
+}

@@ -1,0 +1,43 @@
+//! pg_embed: transformer models inside PostgreSQL.
+//!
+//! Layout: `sql`, `guc`, `catalog` and `cache` are the pgrx edge; `pipeline`, `models`,
+//! `pooling`, `st`, `options`, `source` and `error` are plain Rust.
+
+::pgrx::pg_module_magic!(name, version);
+
+pgrx::extension_sql_file!("../sql/catalog.sql", name = "catalog", bootstrap);
+
+mod cache;
+mod catalog;
+pub mod error;
+mod guc;
+pub mod models;
+pub mod options;
+pub mod pipeline;
+pub mod pooling;
+mod source;
+mod sql;
+pub mod st;
+
+#[cfg(test)]
+mod parity;
+
+#[pgrx::pg_guard]
+pub extern "C-unwind" fn _PG_init() {
+    guc::register();
+}
+
+#[cfg(any(test, feature = "pg_test"))]
+mod sql_tests;
+
+/// Required by `cargo pgrx test`.
+#[cfg(test)]
+pub mod pg_test {
+    pub fn setup(_options: Vec<&str>) {}
+
+    #[must_use]
+    pub fn postgresql_conf_options() -> Vec<&'static str> {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/models");
+        vec![Box::leak(format!("pg_embed.model_dir = '{dir}'").into_boxed_str())]
+    }
+}

@@ -1,0 +1,128 @@
+//! Resolving a model `source` to a directory inside `pg_embed.model_dir`.
+//!
+//! Security boundary: whatever the source says (relative path, `..`, absolute path,
+//! symlinks), the directory that is finally read must lie inside the canonical
+//! model directory. The check runs at registration and again at every load, so a
+//! symlink swapped in later is refused too.
+
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+
+pub fn resolve(model_dir: &str, source: &str) -> Result<PathBuf> {
+    if model_dir.is_empty() {
+        return Err(Error::ModelDirNotSet);
+    }
+    if source.trim().is_empty() {
+        return Err(Error::InvalidSource {
+            source_name: source.into(),
+            reason: "it is empty".into(),
+        });
+    }
+    if source.starts_with("hf:") {
+        return Err(Error::UnsupportedSource {
+            source_name: source.into(),
+            reason: "Hugging Face hub sources (hf:) are not supported yet; use a directory inside pg_embed.model_dir".into(),
+        });
+    }
+    let root = Path::new(model_dir).canonicalize().map_err(|e| Error::ModelDirInvalid {
+        model_dir: model_dir.into(),
+        message: e.to_string(),
+    })?;
+    let candidate = root.join(source);
+    let resolved = match candidate.canonicalize() {
+        Ok(p) => p,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            // Do not tell whether a path outside the model directory exists.
+            if !lexically_inside(&root, &candidate) {
+                return Err(outside(source, model_dir));
+            }
+            return Err(Error::SourceNotFound {
+                source_name: source.into(),
+                model_dir: model_dir.into(),
+            });
+        }
+        Err(e) => return Err(Error::io(candidate, e)),
+    };
+    if !resolved.starts_with(&root) || resolved == root {
+        return Err(outside(source, model_dir));
+    }
+    if !resolved.is_dir() {
+        return Err(Error::InvalidSource {
+            source_name: source.into(),
+            reason: "it is not a directory".into(),
+        });
+    }
+    Ok(resolved)
+}
+
+fn outside(source: &str, model_dir: &str) -> Error {
+    Error::SourceOutsideModelDir { source_name: source.into(), model_dir: model_dir.into() }
+}
+
+/// Whether `path` stays under `root` when read without touching the file system.
+fn lexically_inside(root: &Path, path: &Path) -> bool {
+    use std::path::Component;
+    let mut depth: Vec<Component> = Vec::new();
+    for c in path.strip_prefix(root).map(|p| p.components()).into_iter().flatten() {
+        match c {
+            Component::ParentDir => {
+                if depth.pop().is_none() {
+                    return false;
+                }
+            }
+            Component::CurDir => {}
+            Component::Normal(_) => depth.push(c),
+            Component::RootDir | Component::Prefix(_) => return false,
+        }
+    }
+    path.starts_with(root)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+
+    fn tree() -> (PathBuf, PathBuf) {
+        let base = std::env::temp_dir().join(format!("pg_embed_source_{}", std::process::id()));
+        let models = base.join("models");
+        fs::create_dir_all(models.join("m1")).unwrap();
+        fs::create_dir_all(base.join("secret")).unwrap();
+        fs::write(models.join("file.txt"), "x").unwrap();
+        let link = models.join("escape");
+        if fs::symlink_metadata(&link).is_err() {
+            std::os::unix::fs::symlink(base.join("secret"), &link).unwrap();
+        }
+        let inner = models.join("inner");
+        if fs::symlink_metadata(&inner).is_err() {
+            std::os::unix::fs::symlink(models.join("m1"), &inner).unwrap();
+        }
+        (base, models)
+    }
+
+    #[test]
+    fn resolves_inside_and_refuses_escapes() {
+        let (base, models) = tree();
+        let dir = models.to_str().unwrap();
+        let m1 = models.canonicalize().unwrap().join("m1");
+        assert_eq!(resolve(dir, "m1").unwrap(), m1);
+        assert_eq!(resolve(dir, "./m1/").unwrap(), m1);
+        assert_eq!(resolve(dir, "inner").unwrap(), m1, "a symlink that stays inside is fine");
+        assert_eq!(resolve(dir, m1.to_str().unwrap()).unwrap(), m1, "absolute inside is fine");
+
+        for bad in ["../secret", "escape", "m1/../../secret", "/etc", ".", "m1/../..", "../nope"] {
+            let err = resolve(dir, bad).unwrap_err();
+            assert!(matches!(err, Error::SourceOutsideModelDir { .. }), "{bad}: {err}");
+        }
+        assert!(matches!(resolve(dir, "nope").unwrap_err(), Error::SourceNotFound { .. }));
+        assert!(matches!(resolve(dir, "file.txt").unwrap_err(), Error::InvalidSource { .. }));
+        assert!(matches!(resolve(dir, " ").unwrap_err(), Error::InvalidSource { .. }));
+        assert!(matches!(resolve(dir, "hf:org/x").unwrap_err(), Error::UnsupportedSource { .. }));
+        assert!(matches!(resolve("", "m1").unwrap_err(), Error::ModelDirNotSet));
+        assert!(matches!(
+            resolve(base.join("absent").to_str().unwrap(), "m1").unwrap_err(),
+            Error::ModelDirInvalid { .. }
+        ));
+    }
+}

@@ -1,0 +1,131 @@
+//! The SQL surface. The only place that turns `Error` into `ereport`.
+
+use pgrx::pg_sys::panic::ErrorReport;
+use pgrx::prelude::*;
+use pgrx::JsonB;
+
+use crate::cache;
+use crate::error::{Error, Result, SqlState};
+
+fn sqlerrcode(state: SqlState) -> PgSqlErrorCode {
+    use PgSqlErrorCode::*;
+    match state {
+        SqlState::InvalidParameterValue => ERRCODE_INVALID_PARAMETER_VALUE,
+        SqlState::UndefinedObject => ERRCODE_UNDEFINED_OBJECT,
+        SqlState::InsufficientPrivilege => ERRCODE_INSUFFICIENT_PRIVILEGE,
+        SqlState::ObjectNotInPrerequisiteState => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+        SqlState::UndefinedFile => ERRCODE_UNDEFINED_FILE,
+        SqlState::IoError => ERRCODE_IO_ERROR,
+        SqlState::DataCorrupted => ERRCODE_DATA_CORRUPTED,
+        SqlState::FeatureNotSupported => ERRCODE_FEATURE_NOT_SUPPORTED,
+        SqlState::NullValueNotAllowed => ERRCODE_NULL_VALUE_NOT_ALLOWED,
+        SqlState::DataException => ERRCODE_DATA_EXCEPTION,
+        SqlState::InternalError => ERRCODE_INTERNAL_ERROR,
+    }
+}
+
+/// Raises `err` as a Postgres ERROR with its SQLSTATE, message and hint.
+fn raise(err: Error) -> ! {
+    let mut report = ErrorReport::new(sqlerrcode(err.sqlstate()), err.to_string(), "pg_embed");
+    if let Some(hint) = err.hint() {
+        report = report.set_hint(hint);
+    }
+    report.report(PgLogLevel::ERROR);
+    unreachable!("ereport(ERROR) returned")
+}
+
+trait OrRaise<T> {
+    fn or_raise(self) -> T;
+}
+
+impl<T> OrRaise<T> for Result<T> {
+    fn or_raise(self) -> T {
+        self.unwrap_or_else(|e| raise(e))
+    }
+}
+
+fn required<'a>(value: Option<&'a str>, what: &'static str) -> Result<&'a str> {
+    value.ok_or(Error::NullArgument { what })
+}
+
+/// `embed(model, input)`: the input's embedding as `real[]` (castable to pgvector's `vector`).
+#[pg_extern(immutable, strict, parallel_safe)]
+fn embed(model: &str, input: &str) -> Vec<f32> {
+    let (pipeline, _) = cache::get(model).or_raise();
+    pgrx::check_for_interrupts!();
+    let mut vectors = pipeline.embed(&[input]).or_raise();
+    vectors.pop().unwrap_or_else(|| raise(Error::Inference("no output for the input".into())))
+}
+
+#[pg_schema]
+mod embed {
+    use super::*;
+    use crate::catalog;
+    use crate::options::Options;
+    use crate::pipeline::Pipeline;
+
+    fn require_superuser(action: &'static str) -> Result<()> {
+        // SAFETY: superuser() only reads the current user's role flags.
+        if unsafe { pg_sys::superuser() } {
+            Ok(())
+        } else {
+            Err(Error::PermissionDenied { action })
+        }
+    }
+
+    fn valid_name(name: Option<&str>) -> Result<&str> {
+        let name = required(name, "model name")?;
+        if name.trim().is_empty() || name.trim() != name || name.chars().any(char::is_control) {
+            return Err(Error::InvalidModelName(name.into()));
+        }
+        Ok(name)
+    }
+
+    fn describe(name: &str, source: &str, revision: i64, pipeline: &Pipeline) -> JsonB {
+        let mut info = serde_json::to_value(pipeline.info()).unwrap_or_default();
+        if let Some(obj) = info.as_object_mut() {
+            obj.insert("name".into(), name.into());
+            obj.insert("source".into(), source.into());
+            obj.insert("revision".into(), revision.into());
+        }
+        JsonB(info)
+    }
+
+    /// Registers (or re-registers) a model under `name`, loading it once to validate it.
+    /// Returns the resolved pipeline, as `embed.model_info` shows it.
+    #[pg_extern(volatile, parallel_unsafe)]
+    fn register_model(
+        name: Option<&str>,
+        source: Option<&str>,
+        options: default!(Option<JsonB>, "'{}'"),
+    ) -> JsonB {
+        require_superuser("register models").or_raise();
+        let name = valid_name(name).or_raise();
+        let source = required(source, "source").or_raise();
+        let options_json = options.map(|o| o.0).ok_or(Error::NullArgument { what: "options" }).or_raise();
+        let parsed = Options::from_json(&options_json).or_raise();
+        let (pipeline, load_time) = cache::load(source, &parsed).or_raise();
+        let revision = catalog::upsert(name, source, &options_json, pipeline.info()).or_raise();
+        let pipeline = cache::insert(name, revision, pipeline, load_time);
+        describe(name, source, revision, &pipeline)
+    }
+
+    /// Removes a registration. Rows embedded with it keep their vectors.
+    #[pg_extern(volatile, parallel_unsafe)]
+    fn drop_model(name: Option<&str>) {
+        require_superuser("drop models").or_raise();
+        let name = required(name, "model name").or_raise();
+        if !catalog::delete(name).or_raise() {
+            raise(Error::ModelNotRegistered(name.into()));
+        }
+        cache::evict(name);
+    }
+
+    /// The resolved pipeline of a registered model: architecture, pooling, heads,
+    /// normalize, dim, max_length, parameters.
+    #[pg_extern(volatile, strict, parallel_restricted)]
+    fn model_info(name: &str) -> JsonB {
+        let (pipeline, row) = cache::get(name).or_raise();
+        describe(name, &row.source, row.revision, &pipeline)
+    }
+}

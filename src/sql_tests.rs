@@ -1,0 +1,231 @@
+//! `#[pg_test]`s for the SQL surface: run inside a real backend by `cargo pgrx test`.
+
+#[pgrx::pg_schema]
+mod tests {
+    use pgrx::prelude::*;
+
+    const MODEL_SOURCE: &str = "all-MiniLM-L6-v2";
+
+    fn register(name: &str) {
+        Spi::run(&format!("SELECT embed.register_model('{name}', '{MODEL_SOURCE}')")).unwrap();
+    }
+
+    fn embed_sql(model: &str, text: &str) -> Vec<f32> {
+        Spi::get_one_with_args::<Vec<f32>>("SELECT embed($1, $2)", &[model.into(), text.into()])
+            .unwrap()
+            .unwrap()
+    }
+
+    #[pg_test]
+    fn embed_returns_a_unit_vector_of_384() {
+        register("minilm");
+        let v = embed_sql("minilm", "A quick test sentence about PostgreSQL.");
+        assert_eq!(v.len(), 384);
+        let norm: f32 = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-5, "norm {norm}");
+    }
+
+    #[pg_test]
+    fn embed_of_null_is_null_and_empty_text_embeds() {
+        register("minilm");
+        let null = Spi::get_one::<Vec<f32>>("SELECT embed('minilm', NULL)").unwrap();
+        assert_eq!(null, None);
+        for text in ["", "   ", "\t\n"] {
+            assert_eq!(embed_sql("minilm", text).len(), 384, "{text:?}");
+        }
+        // sentence-transformers strips inputs: surrounding whitespace changes nothing.
+        assert_eq!(embed_sql("minilm", "  hello world \n"), embed_sql("minilm", "hello world"));
+    }
+
+    #[pg_test]
+    fn register_returns_the_pipeline_and_fills_the_catalog() {
+        let info = Spi::get_one::<pgrx::JsonB>("SELECT embed.register_model('m1', 'all-MiniLM-L6-v2')")
+            .unwrap()
+            .unwrap()
+            .0;
+        assert_eq!(info["name"], "m1");
+        assert_eq!(info["architecture"], "bert");
+        assert_eq!(info["dim"], 384);
+        assert_eq!(info["max_length"], 256);
+        assert_eq!(info["pooling"], serde_json::json!(["mean"]));
+        assert_eq!(info["normalize"], true);
+        let row = Spi::get_three::<String, String, i32>("SELECT source, task, dim FROM embed.models WHERE name = 'm1'")
+            .unwrap();
+        assert_eq!(row, (Some(MODEL_SOURCE.into()), Some("embed".into()), Some(384)));
+        let again = Spi::get_one::<pgrx::JsonB>("SELECT embed.model_info('m1')").unwrap().unwrap().0;
+        assert_eq!(again["revision"], info["revision"]);
+        assert_eq!(again["dim"], 384);
+    }
+
+    #[pg_test]
+    fn options_override_pooling_normalize_and_max_length() {
+        Spi::run(
+            "SELECT embed.register_model('m_cls', 'all-MiniLM-L6-v2', '{\"pooling\": [\"mean\", \"cls\"], \"normalize\": false, \"max_length\": 16}')",
+        )
+        .unwrap();
+        let info = Spi::get_one::<pgrx::JsonB>("SELECT embed.model_info('m_cls')").unwrap().unwrap().0;
+        assert_eq!(info["pooling"], serde_json::json!(["cls", "mean"]), "sentence-transformers order");
+        assert_eq!(info["pooling_from"], "options");
+        assert_eq!(info["dim"], 768);
+        assert_eq!(info["max_length"], 16);
+        assert_eq!(info["normalize"], false);
+        let v = embed_sql("m_cls", "one two three");
+        assert_eq!(v.len(), 768);
+        let norm: f32 = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        assert!((norm - 1.0).abs() > 1e-3, "not normalised: norm {norm}");
+        // max_length 16 truncates: two long texts sharing their first 14 words embed alike.
+        let base = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi";
+        assert_eq!(embed_sql("m_cls", &format!("{base} omicron pi")), embed_sql("m_cls", &format!("{base} rho sigma tau")));
+    }
+
+    #[pg_test]
+    fn reregistering_replaces_the_cached_pipeline() {
+        register("m2");
+        assert_eq!(embed_sql("m2", "x").len(), 384);
+        Spi::run("SELECT embed.register_model('m2', 'all-MiniLM-L6-v2', '{\"pooling\": [\"cls\", \"max\"]}')").unwrap();
+        assert_eq!(embed_sql("m2", "x").len(), 768);
+    }
+
+    #[pg_test]
+    fn a_catalog_change_by_another_session_is_seen() {
+        // Another session's re-registration shows up here only as a new catalog revision;
+        // simulate it by bumping the row's revision behind this backend's cache.
+        register("m3");
+        let before = embed_sql("m3", "hello");
+        Spi::run(
+            "UPDATE embed.models SET options = '{\"pooling\": \"cls\"}', revision = nextval('embed.model_revision') WHERE name = 'm3'",
+        )
+        .unwrap();
+        let after = embed_sql("m3", "hello");
+        assert_eq!(after.len(), 384);
+        assert_ne!(before, after, "cls pooling was picked up");
+        Spi::run("DELETE FROM embed.models WHERE name = 'm3'").unwrap();
+        let err = PgTryBuilder::new(|| Some(embed_sql("m3", "hello")))
+            .catch_others(|_| None)
+            .execute();
+        assert_eq!(err, None, "a model dropped elsewhere is not served from the cache");
+    }
+
+    #[pg_test(error = "model \"nope\" is not registered")]
+    fn embed_unknown_model() {
+        embed_sql("nope", "x");
+    }
+
+    #[pg_test(error = "model \"nope\" is not registered")]
+    fn drop_unknown_model() {
+        Spi::run("SELECT embed.drop_model('nope')").unwrap();
+    }
+
+    #[pg_test(error = "model \"gone\" is not registered")]
+    fn dropped_model_is_gone() {
+        register("gone");
+        Spi::run("SELECT embed.drop_model('gone')").unwrap();
+        embed_sql("gone", "x");
+    }
+
+    #[pg_test(error = "model source \"no-such-model\" does not exist in pg_embed.model_dir")]
+    fn register_missing_source() {
+        Spi::run("SELECT embed.register_model('x', 'no-such-model')").unwrap();
+    }
+
+    #[pg_test(error = "model source \"../src\" is outside pg_embed.model_dir")]
+    fn register_source_escaping_model_dir() {
+        Spi::run("SELECT embed.register_model('x', '../src')").unwrap();
+    }
+
+    #[pg_test(error = "model source \"/etc\" is outside pg_embed.model_dir")]
+    fn register_absolute_source_outside() {
+        Spi::run("SELECT embed.register_model('x', '/etc')").unwrap();
+    }
+
+    #[pg_test(error = "invalid model source \"\": it is empty")]
+    fn register_empty_source() {
+        Spi::run("SELECT embed.register_model('x', '')").unwrap();
+    }
+
+    #[pg_test(error = "model name must not be NULL")]
+    fn register_null_name() {
+        Spi::run("SELECT embed.register_model(NULL, 'all-MiniLM-L6-v2')").unwrap();
+    }
+
+    #[pg_test(error = "invalid model name \" x\"")]
+    fn register_bad_name() {
+        Spi::run("SELECT embed.register_model(' x', 'all-MiniLM-L6-v2')").unwrap();
+    }
+
+    #[pg_test(error = "invalid options: unknown field `polling`, expected one of `pooling`, `normalize`, `max_length`")]
+    fn register_unknown_option() {
+        Spi::run("SELECT embed.register_model('x', 'all-MiniLM-L6-v2', '{\"polling\": \"cls\"}')").unwrap();
+    }
+
+    #[pg_test(error = "invalid options: unknown pooling mode \"avg\"; expected one of cls, max, mean")]
+    fn register_unknown_pooling() {
+        Spi::run("SELECT embed.register_model('x', 'all-MiniLM-L6-v2', '{\"pooling\": \"avg\"}')").unwrap();
+    }
+
+    #[pg_test(error = "invalid options: max_length 1000 exceeds the model's max_position_embeddings 512")]
+    fn register_max_length_too_large() {
+        Spi::run("SELECT embed.register_model('x', 'all-MiniLM-L6-v2', '{\"max_length\": 1000}')").unwrap();
+    }
+
+    #[pg_test(error = "permission denied to register models")]
+    fn register_needs_superuser() {
+        Spi::run("CREATE ROLE pg_embed_plain_user").unwrap();
+        Spi::run("SET ROLE pg_embed_plain_user").unwrap();
+        Spi::run("SELECT embed.register_model('x', 'all-MiniLM-L6-v2')").unwrap();
+    }
+
+    #[pg_test(error = "permission denied to drop models")]
+    fn drop_needs_superuser() {
+        register("kept");
+        Spi::run("CREATE ROLE pg_embed_plain_user2").unwrap();
+        Spi::run("SET ROLE pg_embed_plain_user2").unwrap();
+        Spi::run("SELECT embed.drop_model('kept')").unwrap();
+    }
+
+    #[pg_test]
+    fn a_plain_role_may_embed_and_read_the_catalog() {
+        register("shared");
+        Spi::run("CREATE ROLE pg_embed_reader").unwrap();
+        Spi::run("SET ROLE pg_embed_reader").unwrap();
+        assert_eq!(embed_sql("shared", "hello").len(), 384);
+        assert_eq!(Spi::get_one::<i64>("SELECT count(*) FROM embed.models WHERE name = 'shared'").unwrap(), Some(1));
+    }
+
+    #[pg_test(error = "permission denied for table models")]
+    fn a_plain_role_may_not_write_the_catalog() {
+        Spi::run("CREATE ROLE pg_embed_writer").unwrap();
+        Spi::run("SET ROLE pg_embed_writer").unwrap();
+        Spi::run("DELETE FROM embed.models").unwrap();
+    }
+
+    #[pg_test(error = "permission denied to set parameter \"pg_embed.model_dir\"")]
+    fn model_dir_is_superuser_only() {
+        Spi::run("CREATE ROLE pg_embed_setter").unwrap();
+        Spi::run("SET ROLE pg_embed_setter").unwrap();
+        Spi::run("SET pg_embed.model_dir = '/'").unwrap();
+    }
+
+    #[pg_test]
+    fn long_input_is_truncated_not_refused() {
+        register("minilm");
+        let long = "word ".repeat(5000);
+        assert_eq!(embed_sql("minilm", &long).len(), 384);
+        // Only the first 254 word-pieces count, as in sentence-transformers.
+        assert_eq!(embed_sql("minilm", &long), embed_sql("minilm", &"word ".repeat(300)));
+    }
+
+    #[pg_test]
+    fn embed_works_with_pgvector_shapes_of_sql() {
+        register("minilm");
+        // IMMUTABLE: usable in a generated column.
+        Spi::run(
+            "CREATE TABLE docs (body text, emb real[] GENERATED ALWAYS AS (embed('minilm', body)) STORED);
+             INSERT INTO docs (body) VALUES ('the cat sat on the mat'), ('stock markets fell sharply'), (NULL);",
+        )
+        .unwrap();
+        let n = Spi::get_one::<i64>("SELECT count(*) FROM docs WHERE array_length(emb, 1) = 384").unwrap();
+        assert_eq!(n, Some(2));
+        assert_eq!(Spi::get_one::<i64>("SELECT count(*) FROM docs WHERE emb IS NULL").unwrap(), Some(1));
+    }
+}

@@ -1,0 +1,173 @@
+//! The sentence-transformers directory layout, parsed as it is stored:
+//! modules.json, sentence_bert_config.json and each module's folder.
+//! A directory without modules.json is a plain Hugging Face backbone.
+
+use std::path::{Path, PathBuf};
+
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+
+use crate::error::{Error, Result};
+use crate::pooling::PoolingMode;
+
+/// Reads and parses a JSON file; a missing file is `Ok(None)`.
+pub fn read_json_opt<T: DeserializeOwned>(path: &Path) -> Result<Option<T>> {
+    match std::fs::read(path) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| Error::invalid_file(path, e)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::io(path, e)),
+    }
+}
+
+pub fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T> {
+    read_json_opt(path)?.ok_or_else(|| Error::MissingFile { path: path.into() })
+}
+
+/// One entry of modules.json.
+#[derive(Debug, Deserialize)]
+struct ModuleEntry {
+    #[serde(default)]
+    path: String,
+    #[serde(rename = "type")]
+    kind: String,
+}
+
+const TRANSFORMER: &str = "sentence_transformers.models.Transformer";
+const POOLING: &str = "sentence_transformers.models.Pooling";
+const NORMALIZE: &str = "sentence_transformers.models.Normalize";
+const SUPPORTED_MODULES: &str =
+    "sentence_transformers.models.Transformer, sentence_transformers.models.Pooling, sentence_transformers.models.Normalize";
+
+/// sentence_bert_config.json (the Transformer module's own settings).
+#[derive(Debug, Default, Deserialize)]
+pub struct TransformerConfig {
+    pub max_seq_length: Option<usize>,
+    #[serde(default)]
+    pub do_lower_case: bool,
+}
+
+/// 1_Pooling/config.json (`sentence_transformers.models.Pooling`).
+#[derive(Debug, Deserialize)]
+pub struct PoolingConfig {
+    pub word_embedding_dimension: Option<usize>,
+    #[serde(default)]
+    pub pooling_mode_cls_token: bool,
+    #[serde(default)]
+    pub pooling_mode_mean_tokens: bool,
+    #[serde(default)]
+    pub pooling_mode_max_tokens: bool,
+    #[serde(default)]
+    pub pooling_mode_mean_sqrt_len_tokens: bool,
+    #[serde(default)]
+    pub pooling_mode_weightedmean_tokens: bool,
+    #[serde(default)]
+    pub pooling_mode_lasttoken: bool,
+}
+
+/// What a sentence-transformers directory says about the pipeline.
+#[derive(Debug)]
+pub struct Layout {
+    /// Folder holding config.json, the weights and the tokenizer.
+    pub backbone_dir: PathBuf,
+    pub transformer: TransformerConfig,
+    /// Pooling modes and the file they came from; None when there is no Pooling module.
+    pub pooling: Option<(Vec<PoolingMode>, PathBuf)>,
+    pub normalize: bool,
+}
+
+impl Layout {
+    pub fn read(dir: &Path) -> Result<Self> {
+        let modules_path = dir.join("modules.json");
+        let Some(modules) = read_json_opt::<Vec<ModuleEntry>>(&modules_path)? else {
+            return Ok(Layout {
+                backbone_dir: dir.to_path_buf(),
+                transformer: read_json_opt(&dir.join("sentence_bert_config.json"))?.unwrap_or_default(),
+                pooling: None,
+                normalize: false,
+            });
+        };
+        let mut layout = Layout {
+            backbone_dir: dir.to_path_buf(),
+            transformer: TransformerConfig::default(),
+            pooling: None,
+            normalize: false,
+        };
+        let mut seen_transformer = false;
+        for (i, module) in modules.iter().enumerate() {
+            let folder = safe_join(dir, &module.path, &modules_path)?;
+            match module.kind.as_str() {
+                TRANSFORMER if i == 0 => {
+                    seen_transformer = true;
+                    layout.transformer = read_json_opt(&folder.join("sentence_bert_config.json"))?
+                        .unwrap_or_default();
+                    layout.backbone_dir = folder;
+                }
+                POOLING if seen_transformer && layout.pooling.is_none() && !layout.normalize => {
+                    let path = folder.join("config.json");
+                    let cfg: PoolingConfig = read_json(&path)?;
+                    layout.pooling = Some((pooling_modes(&cfg, &path)?, path));
+                }
+                // Sentence-transformers builds Normalize without reading its folder,
+                // which released models often do not ship.
+                NORMALIZE if seen_transformer => layout.normalize = true,
+                TRANSFORMER | POOLING | NORMALIZE => {
+                    return Err(Error::invalid_file(
+                        &modules_path,
+                        format!("module {} at position {i} is out of order", module.kind),
+                    ))
+                }
+                other => {
+                    return Err(Error::Unsupported {
+                        what: "sentence-transformers module",
+                        value: other.to_string(),
+                        path: modules_path,
+                        supported: SUPPORTED_MODULES,
+                    })
+                }
+            }
+        }
+        if !seen_transformer {
+            return Err(Error::invalid_file(&modules_path, "the first module is not a Transformer"));
+        }
+        Ok(layout)
+    }
+}
+
+fn safe_join(dir: &Path, sub: &str, file: &Path) -> Result<PathBuf> {
+    let p = Path::new(sub);
+    if p.components().all(|c| matches!(c, std::path::Component::Normal(_))) {
+        Ok(dir.join(p))
+    } else {
+        Err(Error::invalid_file(file, format!("module path \"{sub}\" leaves the model directory")))
+    }
+}
+
+fn pooling_modes(cfg: &PoolingConfig, path: &Path) -> Result<Vec<PoolingMode>> {
+    let unsupported = [
+        (cfg.pooling_mode_mean_sqrt_len_tokens, "mean_sqrt_len_tokens"),
+        (cfg.pooling_mode_weightedmean_tokens, "weightedmean"),
+        (cfg.pooling_mode_lasttoken, "lasttoken"),
+    ];
+    if let Some((_, name)) = unsupported.iter().find(|(on, _)| *on) {
+        return Err(Error::Unsupported {
+            what: "pooling mode",
+            value: name.to_string(),
+            path: path.into(),
+            supported: PoolingMode::NAMES,
+        });
+    }
+    let modes: Vec<PoolingMode> = [
+        (cfg.pooling_mode_cls_token, PoolingMode::Cls),
+        (cfg.pooling_mode_max_tokens, PoolingMode::Max),
+        (cfg.pooling_mode_mean_tokens, PoolingMode::Mean),
+    ]
+    .into_iter()
+    .filter_map(|(on, mode)| on.then_some(mode))
+    .collect();
+    if modes.is_empty() {
+        return Err(Error::invalid_file(path, "no pooling mode is enabled"));
+    }
+    Ok(modes)
+}
