@@ -47,6 +47,7 @@ if [ "$TEST_ONLY" != regress ]; then
         done
         chown "$PG_USER:" "$pgrx_data"
         ensure_pg_user_access "$pgrx_data"
+        info "as root: the test cluster runs as OS user $PG_USER (sudo -u via scripts/shim/sudo)"
         PATH="$REPO/scripts/shim:$PATH" \
             cargo pgrx test "pg$PG_MAJOR" --runas "$PG_USER" --pgdata "$pgrx_data"
     else

@@ -46,8 +46,8 @@ pub enum Error {
     #[error("pg_embed.model_dir is not set")]
     ModelDirNotSet,
 
-    #[error("model source \"{source_name}\" is outside pg_embed.model_dir \"{model_dir}\"")]
-    SourceOutsideModelDir { source_name: String, model_dir: String },
+    #[error("model source \"{source_name}\" is outside pg_embed.model_dir")]
+    SourceOutsideModelDir { source_name: String },
 
     #[error("pg_embed.model_dir \"{model_dir}\" is not usable: {message}")]
     ModelDirInvalid { model_dir: String, message: String },
@@ -58,8 +58,8 @@ pub enum Error {
     #[error("model source \"{source_name}\" is not supported: {reason}")]
     UnsupportedSource { source_name: String, reason: String },
 
-    #[error("model source \"{source_name}\" does not exist in pg_embed.model_dir \"{model_dir}\"")]
-    SourceNotFound { source_name: String, model_dir: String },
+    #[error("model source \"{source_name}\" does not exist in pg_embed.model_dir")]
+    SourceNotFound { source_name: String },
 
     #[error("model file \"{}\" is missing", path.display())]
     MissingFile { path: PathBuf },

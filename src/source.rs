@@ -35,17 +35,14 @@ pub fn resolve(model_dir: &str, source: &str) -> Result<PathBuf> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             // Do not tell whether a path outside the model directory exists.
             if !lexically_inside(&root, &candidate) {
-                return Err(outside(source, model_dir));
+                return Err(outside(source));
             }
-            return Err(Error::SourceNotFound {
-                source_name: source.into(),
-                model_dir: model_dir.into(),
-            });
+            return Err(Error::SourceNotFound { source_name: source.into() });
         }
         Err(e) => return Err(Error::io(candidate, e)),
     };
     if !resolved.starts_with(&root) || resolved == root {
-        return Err(outside(source, model_dir));
+        return Err(outside(source));
     }
     if !resolved.is_dir() {
         return Err(Error::InvalidSource {
@@ -56,8 +53,8 @@ pub fn resolve(model_dir: &str, source: &str) -> Result<PathBuf> {
     Ok(resolved)
 }
 
-fn outside(source: &str, model_dir: &str) -> Error {
-    Error::SourceOutsideModelDir { source_name: source.into(), model_dir: model_dir.into() }
+fn outside(source: &str) -> Error {
+    Error::SourceOutsideModelDir { source_name: source.into() }
 }
 
 /// Whether `path` stays under `root` when read without touching the file system.

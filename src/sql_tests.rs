@@ -170,39 +170,39 @@ mod tests {
 
     #[pg_test(error = "permission denied to register models")]
     fn register_needs_superuser() {
-        Spi::run("CREATE ROLE pg_embed_plain_user").unwrap();
-        Spi::run("SET ROLE pg_embed_plain_user").unwrap();
+        Spi::run("CREATE ROLE embed_test_plain").unwrap();
+        Spi::run("SET ROLE embed_test_plain").unwrap();
         Spi::run("SELECT embed.register_model('x', 'all-MiniLM-L6-v2')").unwrap();
     }
 
     #[pg_test(error = "permission denied to drop models")]
     fn drop_needs_superuser() {
         register("kept");
-        Spi::run("CREATE ROLE pg_embed_plain_user2").unwrap();
-        Spi::run("SET ROLE pg_embed_plain_user2").unwrap();
+        Spi::run("CREATE ROLE embed_test_plain2").unwrap();
+        Spi::run("SET ROLE embed_test_plain2").unwrap();
         Spi::run("SELECT embed.drop_model('kept')").unwrap();
     }
 
     #[pg_test]
     fn a_plain_role_may_embed_and_read_the_catalog() {
         register("shared");
-        Spi::run("CREATE ROLE pg_embed_reader").unwrap();
-        Spi::run("SET ROLE pg_embed_reader").unwrap();
+        Spi::run("CREATE ROLE embed_test_reader").unwrap();
+        Spi::run("SET ROLE embed_test_reader").unwrap();
         assert_eq!(embed_sql("shared", "hello").len(), 384);
         assert_eq!(Spi::get_one::<i64>("SELECT count(*) FROM embed.models WHERE name = 'shared'").unwrap(), Some(1));
     }
 
     #[pg_test(error = "permission denied for table models")]
     fn a_plain_role_may_not_write_the_catalog() {
-        Spi::run("CREATE ROLE pg_embed_writer").unwrap();
-        Spi::run("SET ROLE pg_embed_writer").unwrap();
+        Spi::run("CREATE ROLE embed_test_writer").unwrap();
+        Spi::run("SET ROLE embed_test_writer").unwrap();
         Spi::run("DELETE FROM embed.models").unwrap();
     }
 
     #[pg_test(error = "permission denied to set parameter \"pg_embed.model_dir\"")]
     fn model_dir_is_superuser_only() {
-        Spi::run("CREATE ROLE pg_embed_setter").unwrap();
-        Spi::run("SET ROLE pg_embed_setter").unwrap();
+        Spi::run("CREATE ROLE embed_test_setter").unwrap();
+        Spi::run("SET ROLE embed_test_setter").unwrap();
         Spi::run("SET pg_embed.model_dir = '/'").unwrap();
     }
 

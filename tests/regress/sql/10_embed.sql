@@ -1,0 +1,94 @@
+-- embed() as a user calls it: dimensions, unit norm, NULL, pgvector search, errors.
+CREATE EXTENSION pg_embed;
+
+-- Error helper: SQLSTATE and message, with the machine's model directory masked.
+CREATE FUNCTION pg_temp.err(query text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE query;
+    RETURN 'no error';
+EXCEPTION WHEN OTHERS THEN
+    RETURN SQLSTATE || ': ' || replace(SQLERRM, current_setting('pg_embed.model_dir'), '$MODEL_DIR');
+END $$;
+
+SELECT name, dim, pooling, normalize, max_length, architecture
+FROM (SELECT embed.register_model('minilm', 'all-MiniLM-L6-v2') AS info) r,
+     jsonb_to_record(r.info) AS x(name text, dim int, pooling jsonb, normalize bool, max_length int, architecture text);
+
+SELECT name, source, task, architecture, dim, max_length, options FROM embed.models;
+
+-- 384 dimensions, unit length.
+SELECT array_length(embed('minilm', 'The quick brown fox jumps over the lazy dog'), 1) AS dims;
+SELECT round(sqrt(sum(x * x))::numeric, 5) AS norm
+FROM unnest(embed('minilm', 'The quick brown fox jumps over the lazy dog')) AS x;
+
+-- STRICT: NULL in, NULL out. Empty and whitespace-only text embed.
+SELECT embed('minilm', NULL) IS NULL AS null_in_null_out;
+SELECT array_length(embed('minilm', ''), 1) AS empty, array_length(embed('minilm', E' \t\n'), 1) AS blank;
+
+-- Deterministic: the same text gives the same vector, also after a reconnect.
+CREATE TEMP TABLE first_call AS SELECT embed('minilm', 'déjà vu, 東京, 🎉') AS v;
+SELECT v = embed('minilm', 'déjà vu, 東京, 🎉') AS same FROM first_call;
+
+-- pgvector: real[] casts to vector(384); the nearest neighbour is the related sentence.
+CREATE TABLE docs (id int PRIMARY KEY, body text NOT NULL, emb vector(384));
+INSERT INTO docs (id, body) VALUES
+    (1, 'Knead the bread dough for ten minutes until it is smooth.'),
+    (2, 'The telescope showed the rings of Saturn clearly.'),
+    (3, 'The striker scored a late goal to win the match.'),
+    (4, 'The compiler reported a type error on line twelve.'),
+    (5, 'Water the tomato plants early in the morning.');
+UPDATE docs SET emb = embed('minilm', body)::vector(384);
+CREATE INDEX ON docs USING hnsw (emb vector_cosine_ops);
+SELECT q.query, d.id, d.body
+FROM (VALUES ('How do I bake homemade bread?'),
+             ('Which planets have rings?'),
+             ('Who won the football game?'),
+             ('Why does my code not compile?')) AS q(query)
+CROSS JOIN LATERAL (
+    SELECT id, body FROM docs ORDER BY emb <=> embed('minilm', q.query)::vector(384) LIMIT 1
+) AS d;
+
+-- Cosine similarity of a paraphrase beats an unrelated sentence.
+SELECT (embed('minilm', 'A man is playing a guitar.')::vector <=> embed('minilm', 'Someone plays an instrument.')::vector)
+     < (embed('minilm', 'A man is playing a guitar.')::vector <=> embed('minilm', 'The stock market fell today.')::vector)
+    AS paraphrase_is_closer;
+
+-- Errors: SQLSTATE and message.
+SELECT pg_temp.err($$SELECT embed('nope', 'x')$$);
+SELECT pg_temp.err($$SELECT embed.drop_model('nope')$$);
+SELECT pg_temp.err($$SELECT embed.model_info('nope')$$);
+SELECT pg_temp.err($$SELECT embed.register_model('x', 'no-such-dir')$$);
+SELECT pg_temp.err($$SELECT embed.register_model('x', '../..')$$);
+SELECT pg_temp.err($$SELECT embed.register_model('x', '/etc')$$);
+SELECT pg_temp.err($$SELECT embed.register_model('x', 'hf:sentence-transformers/all-MiniLM-L6-v2')$$);
+SELECT pg_temp.err($$SELECT embed.register_model('x', '')$$);
+SELECT pg_temp.err($$SELECT embed.register_model(NULL, 'all-MiniLM-L6-v2')$$);
+SELECT pg_temp.err($$SELECT embed.register_model('x', 'all-MiniLM-L6-v2', '{"pooling": "avg"}')$$);
+SELECT pg_temp.err($$SELECT embed.register_model('x', 'all-MiniLM-L6-v2', '{"dimension": 10}')$$);
+SELECT pg_temp.err($$SELECT embed.register_model('x', 'all-MiniLM-L6-v2', '[1, 2]')$$);
+SELECT pg_temp.err($$SELECT embed.register_model('x', 'all-MiniLM-L6-v2', '{"max_length": 1}')$$);
+
+-- The full report, hint included.
+SELECT embed('nope', 'x');
+
+-- A plain role may embed and read the catalog, but not register, drop or change the
+-- model directory.
+CREATE ROLE regress_embed_user;
+GRANT SELECT ON docs TO regress_embed_user;
+SET ROLE regress_embed_user;
+SELECT array_length(embed('minilm', 'hello'), 1) AS dims_as_plain_role;
+SELECT count(*) AS registered FROM embed.models;
+SELECT pg_temp.err($$SELECT embed.register_model('y', 'all-MiniLM-L6-v2')$$);
+SELECT pg_temp.err($$SELECT embed.drop_model('minilm')$$);
+SELECT pg_temp.err($$DELETE FROM embed.models$$);
+SELECT pg_temp.err($$SET pg_embed.model_dir = '/'$$);
+RESET ROLE;
+
+-- Dropping a model makes embed() fail with a clear error; re-registering restores it.
+SELECT embed.drop_model('minilm');
+SELECT pg_temp.err($$SELECT embed('minilm', 'x')$$);
+SELECT (embed.register_model('minilm', 'all-MiniLM-L6-v2')) ->> 'dim' AS dim;
+SELECT array_length(embed('minilm', 'back again'), 1) AS dims;
+
+DROP TABLE docs;
+DROP ROLE regress_embed_user;
