@@ -18,15 +18,15 @@ SELECT name, source, task, architecture, dim, max_length, options FROM embed.mod
 
 -- 384 dimensions, unit length.
 SELECT array_length(embed('minilm', 'The quick brown fox jumps over the lazy dog'), 1) AS dims;
-SELECT round(sqrt(sum(x * x))::numeric, 5) AS norm
+SELECT round(sqrt(sum(x::float8 * x::float8))::numeric, 5) AS norm
 FROM unnest(embed('minilm', 'The quick brown fox jumps over the lazy dog')) AS x;
 
 -- STRICT: NULL in, NULL out. Empty and whitespace-only text embed.
 SELECT embed('minilm', NULL) IS NULL AS null_in_null_out;
 SELECT array_length(embed('minilm', ''), 1) AS empty, array_length(embed('minilm', E' \t\n'), 1) AS blank;
 
--- Deterministic: the same text gives the same vector, also after a reconnect.
-CREATE TEMP TABLE first_call AS SELECT embed('minilm', 'déjà vu, 東京, 🎉') AS v;
+-- Deterministic: the same text gives the same vector (checked again after a reconnect).
+CREATE TABLE first_call AS SELECT embed('minilm', 'déjà vu, 東京, 🎉') AS v;
 SELECT v = embed('minilm', 'déjà vu, 東京, 🎉') AS same FROM first_call;
 
 -- pgvector: real[] casts to vector(384); the nearest neighbour is the related sentence.
@@ -92,3 +92,8 @@ SELECT array_length(embed('minilm', 'back again'), 1) AS dims;
 
 DROP TABLE docs;
 DROP ROLE regress_embed_user;
+
+-- A new backend loads the model afresh and gives the identical vector.
+\c -
+SELECT v = embed('minilm', 'déjà vu, 東京, 🎉') AS same_after_reconnect FROM first_call;
+DROP TABLE first_call;
