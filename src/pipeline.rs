@@ -54,9 +54,17 @@ impl Pipeline {
         let config_bytes = std::fs::read(&config_path).map_err(|e| Error::io(&config_path, e))?;
         let config = BackboneConfig::parse(&config_path, &config_bytes)?;
 
+        if let Some(module) = &layout.pooling {
+            if let Some(dim) = module.dimension.filter(|d| *d != config.hidden_size()) {
+                return Err(Error::invalid_file(
+                    &module.path,
+                    format!("word_embedding_dimension {dim} does not match the backbone's hidden_size {}", config.hidden_size()),
+                ));
+            }
+        }
         let (pooling, pooling_from) = match (&options.pooling, &layout.pooling) {
             (Some(spec), _) => (parse_pooling(&spec.to_vec())?, "options".to_string()),
-            (None, Some((modes, path))) => (pooling::canonical(modes.clone()), path.display().to_string()),
+            (None, Some(module)) => (pooling::canonical(module.modes.clone()), module.path.display().to_string()),
             (None, None) => (vec![PoolingMode::Mean], "default (no sentence-transformers Pooling module)".into()),
         };
         let normalize = options.normalize.unwrap_or(layout.normalize);
@@ -206,5 +214,150 @@ mod tests {
     fn strip_matches_python() {
         assert_eq!(py_strip(" \t\n\u{1c}\u{85}\u{a0}a b\u{3000}\u{2029}"), "a b");
         assert_eq!(py_strip("\u{200b}x"), "\u{200b}x", "zero-width space is not whitespace in Python");
+    }
+}
+
+/// Broken and unsupported model directories: each is a clear error naming the file and
+/// the offending value, never a panic. Fixtures are all-MiniLM-L6-v2 with one change.
+#[cfg(test)]
+mod load_errors {
+    use super::*;
+    use std::fs;
+
+    fn minilm_dir() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("models/all-MiniLM-L6-v2")
+    }
+
+    /// A copy of all-MiniLM-L6-v2 (weights linked, not copied) changed by `edit`.
+    fn broken(name: &str, edit: impl FnOnce(&Path)) -> Result<Pipeline> {
+        let dir = std::env::temp_dir().join(format!("pg_embed_broken_{}_{name}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(dir.join("1_Pooling")).unwrap();
+        let src = minilm_dir();
+        for f in ["config.json", "modules.json", "sentence_bert_config.json", "tokenizer.json", "1_Pooling/config.json"] {
+            fs::copy(src.join(f), dir.join(f)).unwrap();
+        }
+        std::os::unix::fs::symlink(src.join("model.safetensors"), dir.join("model.safetensors")).unwrap();
+        edit(&dir);
+        let result = Pipeline::load(&dir, &Options::default());
+        let _ = fs::remove_dir_all(&dir);
+        result
+    }
+
+    fn edit_json(path: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
+        let mut v: serde_json::Value = serde_json::from_slice(&fs::read(path).unwrap()).unwrap();
+        edit(&mut v);
+        fs::write(path, serde_json::to_vec(&v).unwrap()).unwrap();
+    }
+
+    fn replace_weights(dir: &Path, bytes: &[u8]) {
+        fs::remove_file(dir.join("model.safetensors")).unwrap();
+        fs::write(dir.join("model.safetensors"), bytes).unwrap();
+    }
+
+    fn message(r: Result<Pipeline>) -> (Error, String) {
+        let e = r.err().expect("loading must fail");
+        let m = e.to_string();
+        (e, m)
+    }
+
+    #[test]
+    fn the_unbroken_copy_loads() {
+        assert!(broken("none", |_| {}).is_ok());
+    }
+
+    #[test]
+    fn missing_tokenizer() {
+        let (e, m) = message(broken("no_tokenizer", |d| fs::remove_file(d.join("tokenizer.json")).unwrap()));
+        assert!(matches!(e, Error::MissingFile { .. }) && m.ends_with("tokenizer.json\" is missing"), "{m}");
+    }
+
+    #[test]
+    fn malformed_config_json() {
+        let (e, m) = message(broken("bad_json", |d| fs::write(d.join("config.json"), "{\"model_type\": \"bert\",").unwrap()));
+        assert!(matches!(e, Error::InvalidFile { .. }) && m.contains("config.json"), "{m}");
+    }
+
+    #[test]
+    fn malformed_modules_json() {
+        let (e, m) = message(broken("bad_modules", |d| fs::write(d.join("modules.json"), "[{\"type\": 3}]").unwrap()));
+        assert!(matches!(e, Error::InvalidFile { .. }) && m.contains("modules.json"), "{m}");
+    }
+
+    #[test]
+    fn unsupported_model_type() {
+        let (e, m) = message(broken("t5", |d| edit_json(&d.join("config.json"), |v| v["model_type"] = "t5".into())));
+        assert!(matches!(e, Error::Unsupported { what: "model_type", .. }) && m.contains("\"t5\""), "{m}");
+        assert_eq!(e.hint().unwrap(), "Supported: bert.");
+    }
+
+    #[test]
+    fn unsupported_activation() {
+        let (e, m) =
+            message(broken("swish", |d| edit_json(&d.join("config.json"), |v| v["hidden_act"] = "swish".into())));
+        assert!(matches!(e, Error::Unsupported { what: "hidden_act", .. }) && m.contains("\"swish\""), "{m}");
+        assert!(m.contains("config.json"), "{m}");
+    }
+
+    #[test]
+    fn unsupported_module() {
+        let (e, m) = message(broken("dense", |d| {
+            edit_json(&d.join("modules.json"), |v| {
+                v.as_array_mut().unwrap().insert(
+                    2,
+                    serde_json::json!({"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"}),
+                )
+            })
+        }));
+        assert!(matches!(e, Error::Unsupported { .. }) && m.contains("sentence_transformers.models.Dense"), "{m}");
+    }
+
+    #[test]
+    fn unsupported_pooling_mode() {
+        let (e, m) = message(broken("lasttoken", |d| {
+            edit_json(&d.join("1_Pooling/config.json"), |v| v["pooling_mode_lasttoken"] = true.into())
+        }));
+        assert!(matches!(e, Error::Unsupported { what: "pooling mode", .. }) && m.contains("lasttoken"), "{m}");
+    }
+
+    #[test]
+    fn pooling_dimension_differs_from_backbone() {
+        let (e, m) = message(broken("dim", |d| {
+            edit_json(&d.join("1_Pooling/config.json"), |v| v["word_embedding_dimension"] = 768.into())
+        }));
+        assert!(matches!(e, Error::InvalidFile { .. }) && m.contains("word_embedding_dimension 768"), "{m}");
+    }
+
+    #[test]
+    fn config_shape_differs_from_weights() {
+        let (e, m) =
+            message(broken("shape", |d| edit_json(&d.join("config.json"), |v| v["intermediate_size"] = 1024.into())));
+        assert!(matches!(e, Error::InvalidFile { .. }) && m.contains("model.safetensors"), "{m}");
+        assert!(m.contains("shape"), "{m}");
+    }
+
+    #[test]
+    fn truncated_weights() {
+        let head = fs::read(minilm_dir().join("model.safetensors")).unwrap()[..4096].to_vec();
+        let (e, m) = message(broken("truncated", |d| replace_weights(d, &head)));
+        assert!(matches!(e, Error::InvalidFile { .. }) && m.contains("model.safetensors"), "{m}");
+    }
+
+    #[test]
+    fn safetensors_header_that_lies_about_sizes() {
+        let header = br#"{"w":{"dtype":"F32","shape":[1000000],"data_offsets":[0,4000000]}}"#;
+        let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+        bytes.extend_from_slice(header);
+        bytes.extend_from_slice(&[0u8; 16]);
+        let (e, m) = message(broken("lying", |d| replace_weights(d, &bytes)));
+        assert!(matches!(e, Error::InvalidFile { .. }) && m.contains("model.safetensors"), "{m}");
+        let (e, _) = message(broken("huge_header_len", |d| replace_weights(d, &u64::MAX.to_le_bytes())));
+        assert!(matches!(e, Error::InvalidFile { .. }));
+    }
+
+    #[test]
+    fn missing_weights() {
+        let (e, m) = message(broken("no_weights", |d| fs::remove_file(d.join("model.safetensors")).unwrap()));
+        assert!(matches!(e, Error::MissingFile { .. }) && m.contains("model.safetensors"), "{m}");
     }
 }

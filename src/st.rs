@@ -66,14 +66,23 @@ pub struct PoolingConfig {
     pub pooling_mode_lasttoken: bool,
 }
 
+/// A Pooling module as resolved from its config.json.
+#[derive(Debug)]
+pub struct PoolingModule {
+    pub modes: Vec<PoolingMode>,
+    /// `word_embedding_dimension`: must equal the backbone's hidden size.
+    pub dimension: Option<usize>,
+    pub path: PathBuf,
+}
+
 /// What a sentence-transformers directory says about the pipeline.
 #[derive(Debug)]
 pub struct Layout {
     /// Folder holding config.json, the weights and the tokenizer.
     pub backbone_dir: PathBuf,
     pub transformer: TransformerConfig,
-    /// Pooling modes and the file they came from; None when there is no Pooling module.
-    pub pooling: Option<(Vec<PoolingMode>, PathBuf)>,
+    /// The Pooling module, if there is one.
+    pub pooling: Option<PoolingModule>,
     pub normalize: bool,
 }
 
@@ -107,7 +116,9 @@ impl Layout {
                 POOLING if seen_transformer && layout.pooling.is_none() && !layout.normalize => {
                     let path = folder.join("config.json");
                     let cfg: PoolingConfig = read_json(&path)?;
-                    layout.pooling = Some((pooling_modes(&cfg, &path)?, path));
+                    let modes = pooling_modes(&cfg, &path)?;
+                    layout.pooling =
+                        Some(PoolingModule { modes, dimension: cfg.word_embedding_dimension, path });
                 }
                 // Sentence-transformers builds Normalize without reading its folder,
                 // which released models often do not ship.
