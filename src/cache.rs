@@ -34,9 +34,8 @@ pub fn get(name: &str) -> Result<(Rc<Pipeline>, catalog::ModelRow)> {
             return Err(e);
         }
     };
-    let cached = CACHE.with_borrow(|c| {
-        c.get(name).filter(|e| e.revision == row.revision).map(|e| e.pipeline.clone())
-    });
+    let cached =
+        CACHE.with_borrow(|c| c.get(name).filter(|e| e.revision == row.revision).map(|e| e.pipeline.clone()));
     if let Some(p) = cached {
         return Ok((p, row));
     }

@@ -94,13 +94,9 @@ impl Error {
         use Error::*;
         match self {
             ModelNotRegistered(_) => SqlState::UndefinedObject,
-            InvalidModelName(_) | InvalidOptions(_) | InvalidSource { .. } => {
-                SqlState::InvalidParameterValue
-            }
+            InvalidModelName(_) | InvalidOptions(_) | InvalidSource { .. } => SqlState::InvalidParameterValue,
             ModelDirInvalid { .. } => SqlState::UndefinedFile,
-            PermissionDenied { .. } | SourceOutsideModelDir { .. } => {
-                SqlState::InsufficientPrivilege
-            }
+            PermissionDenied { .. } | SourceOutsideModelDir { .. } => SqlState::InsufficientPrivilege,
             ModelDirNotSet => SqlState::ObjectNotInPrerequisiteState,
             UnsupportedSource { .. } | Unsupported { .. } => SqlState::FeatureNotSupported,
             SourceNotFound { .. } | MissingFile { .. } => SqlState::UndefinedFile,

@@ -57,8 +57,9 @@ mod tests {
 
     #[test]
     fn parses_known_keys() {
-        let o = Options::from_json(&json!({"pooling": ["cls", "mean"], "normalize": false, "max_length": 128}))
-            .unwrap();
+        let o =
+            Options::from_json(&json!({"pooling": ["cls", "mean"], "normalize": false, "max_length": 128}))
+                .unwrap();
         assert_eq!(o.pooling.unwrap().to_vec(), vec!["cls", "mean"]);
         assert_eq!(o.normalize, Some(false));
         assert_eq!(o.max_length, Some(128));

@@ -58,14 +58,21 @@ impl Pipeline {
             if let Some(dim) = module.dimension.filter(|d| *d != config.hidden_size()) {
                 return Err(Error::invalid_file(
                     &module.path,
-                    format!("word_embedding_dimension {dim} does not match the backbone's hidden_size {}", config.hidden_size()),
+                    format!(
+                        "word_embedding_dimension {dim} does not match the backbone's hidden_size {}",
+                        config.hidden_size()
+                    ),
                 ));
             }
         }
         let (pooling, pooling_from) = match (&options.pooling, &layout.pooling) {
             (Some(spec), _) => (parse_pooling(&spec.to_vec())?, "options".to_string()),
-            (None, Some(module)) => (pooling::canonical(module.modes.clone()), module.path.display().to_string()),
-            (None, None) => (vec![PoolingMode::Mean], "default (no sentence-transformers Pooling module)".into()),
+            (None, Some(module)) => {
+                (pooling::canonical(module.modes.clone()), module.path.display().to_string())
+            }
+            (None, None) => {
+                (vec![PoolingMode::Mean], "default (no sentence-transformers Pooling module)".into())
+            }
         };
         let normalize = options.normalize.unwrap_or(layout.normalize);
         let dim = config.hidden_size() * pooling.len();
@@ -168,7 +175,6 @@ impl Pipeline {
         };
         run().map_err(Error::inference)
     }
-
 }
 
 fn parse_pooling(names: &[String]) -> Result<Vec<PoolingMode>> {
@@ -179,7 +185,10 @@ fn parse_pooling(names: &[String]) -> Result<Vec<PoolingMode>> {
         .iter()
         .map(|n| {
             PoolingMode::parse(n).ok_or_else(|| {
-                Error::InvalidOptions(format!("unknown pooling mode \"{n}\"; expected one of {}", PoolingMode::NAMES))
+                Error::InvalidOptions(format!(
+                    "unknown pooling mode \"{n}\"; expected one of {}",
+                    PoolingMode::NAMES
+                ))
             })
         })
         .collect::<Result<Vec<_>>>()?;
@@ -196,7 +205,8 @@ fn load_tokenizer(path: &Path) -> Result<Tokenizer> {
 fn load_weights(dir: &Path, device: &Device) -> Result<(VarBuilder<'static>, usize)> {
     let path = dir.join("model.safetensors");
     let bytes = std::fs::read(&path).map_err(|e| Error::io(&path, e))?;
-    let tensors = candle_core::safetensors::load_buffer(&bytes, device).map_err(|e| Error::invalid_file(&path, e))?;
+    let tensors =
+        candle_core::safetensors::load_buffer(&bytes, device).map_err(|e| Error::invalid_file(&path, e))?;
     let parameters = tensors.values().map(Tensor::elem_count).sum();
     Ok((VarBuilder::from_tensors(tensors, DType::F32, device), parameters))
 }
@@ -234,7 +244,13 @@ mod load_errors {
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(dir.join("1_Pooling")).unwrap();
         let src = minilm_dir();
-        for f in ["config.json", "modules.json", "sentence_bert_config.json", "tokenizer.json", "1_Pooling/config.json"] {
+        for f in [
+            "config.json",
+            "modules.json",
+            "sentence_bert_config.json",
+            "tokenizer.json",
+            "1_Pooling/config.json",
+        ] {
             fs::copy(src.join(f), dir.join(f)).unwrap();
         }
         std::os::unix::fs::symlink(src.join("model.safetensors"), dir.join("model.safetensors")).unwrap();
@@ -274,27 +290,32 @@ mod load_errors {
 
     #[test]
     fn malformed_config_json() {
-        let (e, m) = message(broken("bad_json", |d| fs::write(d.join("config.json"), "{\"model_type\": \"bert\",").unwrap()));
+        let (e, m) = message(broken("bad_json", |d| {
+            fs::write(d.join("config.json"), "{\"model_type\": \"bert\",").unwrap()
+        }));
         assert!(matches!(e, Error::InvalidFile { .. }) && m.contains("config.json"), "{m}");
     }
 
     #[test]
     fn malformed_modules_json() {
-        let (e, m) = message(broken("bad_modules", |d| fs::write(d.join("modules.json"), "[{\"type\": 3}]").unwrap()));
+        let (e, m) =
+            message(broken("bad_modules", |d| fs::write(d.join("modules.json"), "[{\"type\": 3}]").unwrap()));
         assert!(matches!(e, Error::InvalidFile { .. }) && m.contains("modules.json"), "{m}");
     }
 
     #[test]
     fn unsupported_model_type() {
-        let (e, m) = message(broken("t5", |d| edit_json(&d.join("config.json"), |v| v["model_type"] = "t5".into())));
+        let (e, m) =
+            message(broken("t5", |d| edit_json(&d.join("config.json"), |v| v["model_type"] = "t5".into())));
         assert!(matches!(e, Error::Unsupported { what: "model_type", .. }) && m.contains("\"t5\""), "{m}");
         assert_eq!(e.hint().unwrap(), "Supported: bert.");
     }
 
     #[test]
     fn unsupported_activation() {
-        let (e, m) =
-            message(broken("swish", |d| edit_json(&d.join("config.json"), |v| v["hidden_act"] = "swish".into())));
+        let (e, m) = message(broken("swish", |d| {
+            edit_json(&d.join("config.json"), |v| v["hidden_act"] = "swish".into())
+        }));
         assert!(matches!(e, Error::Unsupported { what: "hidden_act", .. }) && m.contains("\"swish\""), "{m}");
         assert!(m.contains("config.json"), "{m}");
     }
@@ -309,7 +330,10 @@ mod load_errors {
                 )
             })
         }));
-        assert!(matches!(e, Error::Unsupported { .. }) && m.contains("sentence_transformers.models.Dense"), "{m}");
+        assert!(
+            matches!(e, Error::Unsupported { .. }) && m.contains("sentence_transformers.models.Dense"),
+            "{m}"
+        );
     }
 
     #[test]
@@ -317,7 +341,10 @@ mod load_errors {
         let (e, m) = message(broken("lasttoken", |d| {
             edit_json(&d.join("1_Pooling/config.json"), |v| v["pooling_mode_lasttoken"] = true.into())
         }));
-        assert!(matches!(e, Error::Unsupported { what: "pooling mode", .. }) && m.contains("lasttoken"), "{m}");
+        assert!(
+            matches!(e, Error::Unsupported { what: "pooling mode", .. }) && m.contains("lasttoken"),
+            "{m}"
+        );
     }
 
     #[test]
@@ -330,8 +357,9 @@ mod load_errors {
 
     #[test]
     fn config_shape_differs_from_weights() {
-        let (e, m) =
-            message(broken("shape", |d| edit_json(&d.join("config.json"), |v| v["intermediate_size"] = 1024.into())));
+        let (e, m) = message(broken("shape", |d| {
+            edit_json(&d.join("config.json"), |v| v["intermediate_size"] = 1024.into())
+        }));
         assert!(matches!(e, Error::InvalidFile { .. }) && m.contains("model.safetensors"), "{m}");
         assert!(m.contains("shape"), "{m}");
     }

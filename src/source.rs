@@ -14,10 +14,7 @@ pub fn resolve(model_dir: &str, source: &str) -> Result<PathBuf> {
         return Err(Error::ModelDirNotSet);
     }
     if source.trim().is_empty() {
-        return Err(Error::InvalidSource {
-            source_name: source.into(),
-            reason: "it is empty".into(),
-        });
+        return Err(Error::InvalidSource { source_name: source.into(), reason: "it is empty".into() });
     }
     if source.starts_with("hf:") {
         return Err(Error::UnsupportedSource {
@@ -25,10 +22,9 @@ pub fn resolve(model_dir: &str, source: &str) -> Result<PathBuf> {
             reason: "Hugging Face hub sources (hf:) are not supported yet; use a directory inside pg_embed.model_dir".into(),
         });
     }
-    let root = Path::new(model_dir).canonicalize().map_err(|e| Error::ModelDirInvalid {
-        model_dir: model_dir.into(),
-        message: e.to_string(),
-    })?;
+    let root = Path::new(model_dir)
+        .canonicalize()
+        .map_err(|e| Error::ModelDirInvalid { model_dir: model_dir.into(), message: e.to_string() })?;
     let candidate = root.join(source);
     let resolved = match candidate.canonicalize() {
         Ok(p) => p,

@@ -49,8 +49,10 @@ mod tests {
         assert_eq!(info["max_length"], 256);
         assert_eq!(info["pooling"], serde_json::json!(["mean"]));
         assert_eq!(info["normalize"], true);
-        let row = Spi::get_three::<String, String, i32>("SELECT source, task, dim FROM embed.models WHERE name = 'm1'")
-            .unwrap();
+        let row = Spi::get_three::<String, String, i32>(
+            "SELECT source, task, dim FROM embed.models WHERE name = 'm1'",
+        )
+        .unwrap();
         assert_eq!(row, (Some(MODEL_SOURCE.into()), Some("embed".into()), Some(384)));
         let again = Spi::get_one::<pgrx::JsonB>("SELECT embed.model_info('m1')").unwrap().unwrap().0;
         assert_eq!(again["revision"], info["revision"]);
@@ -75,14 +77,20 @@ mod tests {
         assert!((norm - 1.0).abs() > 1e-3, "not normalised: norm {norm}");
         // max_length 16 truncates: two long texts sharing their first 14 words embed alike.
         let base = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi";
-        assert_eq!(embed_sql("m_cls", &format!("{base} omicron pi")), embed_sql("m_cls", &format!("{base} rho sigma tau")));
+        assert_eq!(
+            embed_sql("m_cls", &format!("{base} omicron pi")),
+            embed_sql("m_cls", &format!("{base} rho sigma tau"))
+        );
     }
 
     #[pg_test]
     fn reregistering_replaces_the_cached_pipeline() {
         register("m2");
         assert_eq!(embed_sql("m2", "x").len(), 384);
-        Spi::run("SELECT embed.register_model('m2', 'all-MiniLM-L6-v2', '{\"pooling\": [\"cls\", \"max\"]}')").unwrap();
+        Spi::run(
+            "SELECT embed.register_model('m2', 'all-MiniLM-L6-v2', '{\"pooling\": [\"cls\", \"max\"]}')",
+        )
+        .unwrap();
         assert_eq!(embed_sql("m2", "x").len(), 768);
     }
 
@@ -100,9 +108,7 @@ mod tests {
         assert_eq!(after.len(), 384);
         assert_ne!(before, after, "cls pooling was picked up");
         Spi::run("DELETE FROM embed.models WHERE name = 'm3'").unwrap();
-        let err = PgTryBuilder::new(|| Some(embed_sql("m3", "hello")))
-            .catch_others(|_| None)
-            .execute();
+        let err = PgTryBuilder::new(|| Some(embed_sql("m3", "hello"))).catch_others(|_| None).execute();
         assert_eq!(err, None, "a model dropped elsewhere is not served from the cache");
     }
 
@@ -153,7 +159,9 @@ mod tests {
         Spi::run("SELECT embed.register_model(' x', 'all-MiniLM-L6-v2')").unwrap();
     }
 
-    #[pg_test(error = "invalid options: unknown field `polling`, expected one of `pooling`, `normalize`, `max_length`")]
+    #[pg_test(
+        error = "invalid options: unknown field `polling`, expected one of `pooling`, `normalize`, `max_length`"
+    )]
     fn register_unknown_option() {
         Spi::run("SELECT embed.register_model('x', 'all-MiniLM-L6-v2', '{\"polling\": \"cls\"}')").unwrap();
     }
@@ -189,7 +197,10 @@ mod tests {
         Spi::run("CREATE ROLE embed_test_reader").unwrap();
         Spi::run("SET ROLE embed_test_reader").unwrap();
         assert_eq!(embed_sql("shared", "hello").len(), 384);
-        assert_eq!(Spi::get_one::<i64>("SELECT count(*) FROM embed.models WHERE name = 'shared'").unwrap(), Some(1));
+        assert_eq!(
+            Spi::get_one::<i64>("SELECT count(*) FROM embed.models WHERE name = 'shared'").unwrap(),
+            Some(1)
+        );
     }
 
     #[pg_test(error = "permission denied for table models")]

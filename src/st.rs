@@ -13,9 +13,7 @@ use crate::pooling::PoolingMode;
 /// Reads and parses a JSON file; a missing file is `Ok(None)`.
 pub fn read_json_opt<T: DeserializeOwned>(path: &Path) -> Result<Option<T>> {
     match std::fs::read(path) {
-        Ok(bytes) => serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|e| Error::invalid_file(path, e)),
+        Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| Error::invalid_file(path, e)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(Error::io(path, e)),
     }
@@ -109,8 +107,8 @@ impl Layout {
             match module.kind.as_str() {
                 TRANSFORMER if i == 0 => {
                     seen_transformer = true;
-                    layout.transformer = read_json_opt(&folder.join("sentence_bert_config.json"))?
-                        .unwrap_or_default();
+                    layout.transformer =
+                        read_json_opt(&folder.join("sentence_bert_config.json"))?.unwrap_or_default();
                     layout.backbone_dir = folder;
                 }
                 POOLING if seen_transformer && layout.pooling.is_none() && !layout.normalize => {

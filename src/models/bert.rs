@@ -38,16 +38,36 @@ pub struct Config {
 }
 
 mod d {
-    pub fn vocab_size() -> usize { 30522 }
-    pub fn hidden_size() -> usize { 768 }
-    pub fn num_hidden_layers() -> usize { 12 }
-    pub fn num_attention_heads() -> usize { 12 }
-    pub fn intermediate_size() -> usize { 3072 }
-    pub fn hidden_act() -> String { "gelu".into() }
-    pub fn max_position_embeddings() -> usize { 512 }
-    pub fn type_vocab_size() -> usize { 2 }
-    pub fn layer_norm_eps() -> f64 { 1e-12 }
-    pub fn position_embedding_type() -> String { "absolute".into() }
+    pub fn vocab_size() -> usize {
+        30522
+    }
+    pub fn hidden_size() -> usize {
+        768
+    }
+    pub fn num_hidden_layers() -> usize {
+        12
+    }
+    pub fn num_attention_heads() -> usize {
+        12
+    }
+    pub fn intermediate_size() -> usize {
+        3072
+    }
+    pub fn hidden_act() -> String {
+        "gelu".into()
+    }
+    pub fn max_position_embeddings() -> usize {
+        512
+    }
+    pub fn type_vocab_size() -> usize {
+        2
+    }
+    pub fn layer_norm_eps() -> f64 {
+        1e-12
+    }
+    pub fn position_embedding_type() -> String {
+        "absolute".into()
+    }
 }
 
 pub struct Model {
@@ -96,7 +116,8 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
         classifier_dropout: None,
         model_type: Some("bert".into()),
     };
-    let inner = cb::BertModel::load(vb, &inner_cfg).map_err(|e| Error::invalid_file("model.safetensors", e))?;
+    let inner =
+        cb::BertModel::load(vb, &inner_cfg).map_err(|e| Error::invalid_file("model.safetensors", e))?;
     Ok(Model { inner })
 }
 
