@@ -5,7 +5,6 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
-use std::time::{Duration, Instant};
 
 use crate::catalog;
 use crate::error::Result;
@@ -17,8 +16,6 @@ use crate::source;
 struct Entry {
     revision: i64,
     pipeline: Rc<Pipeline>,
-    #[allow(dead_code)] // shown by embed.loaded_models() (a later release)
-    load_time: Duration,
 }
 
 thread_local! {
@@ -34,27 +31,30 @@ pub fn get(name: &str) -> Result<(Rc<Pipeline>, catalog::ModelRow)> {
             return Err(e);
         }
     };
-    let cached =
-        CACHE.with_borrow(|c| c.get(name).filter(|e| e.revision == row.revision).map(|e| e.pipeline.clone()));
+    // A stale entry is dropped before the reload, so two copies never coexist.
+    let cached = CACHE.with_borrow_mut(|c| match c.get(name) {
+        Some(e) if e.revision == row.revision => Some(e.pipeline.clone()),
+        Some(_) => {
+            c.remove(name);
+            None
+        }
+        None => None,
+    });
     if let Some(p) = cached {
         return Ok((p, row));
     }
     let pipeline = load(&row.source, &Options::from_json(&row.options)?)?;
-    let pipeline = insert(name, row.revision, pipeline.0, pipeline.1);
-    Ok((pipeline, row))
+    Ok((insert(name, row.revision, pipeline), row))
 }
 
-/// Loads a pipeline from a source inside pg_embed.model_dir; also returns the load time.
-pub fn load(source_name: &str, options: &Options) -> Result<(Pipeline, Duration)> {
-    let dir = source::resolve(&guc::model_dir(), source_name)?;
-    let started = Instant::now();
-    let pipeline = Pipeline::load(&dir, options)?;
-    Ok((pipeline, started.elapsed()))
+/// Loads a pipeline from a source inside pg_embed.model_dir.
+pub fn load(source_name: &str, options: &Options) -> Result<Pipeline> {
+    Pipeline::load(&source::resolve(&guc::model_dir(), source_name)?, options)
 }
 
-pub fn insert(name: &str, revision: i64, pipeline: Pipeline, load_time: Duration) -> Rc<Pipeline> {
+pub fn insert(name: &str, revision: i64, pipeline: Pipeline) -> Rc<Pipeline> {
     let pipeline = Rc::new(pipeline);
-    let entry = Entry { revision, pipeline: pipeline.clone(), load_time };
+    let entry = Entry { revision, pipeline: pipeline.clone() };
     CACHE.with_borrow_mut(|c| c.insert(name.to_string(), entry));
     pipeline
 }

@@ -104,9 +104,9 @@ mod embed {
         let source = required(source, "source").or_raise();
         let options_json = options.map(|o| o.0).ok_or(Error::NullArgument { what: "options" }).or_raise();
         let parsed = Options::from_json(&options_json).or_raise();
-        let (pipeline, load_time) = cache::load(source, &parsed).or_raise();
+        let pipeline = cache::load(source, &parsed).or_raise();
         let revision = catalog::upsert(name, source, &options_json, pipeline.info()).or_raise();
-        let pipeline = cache::insert(name, revision, pipeline, load_time);
+        let pipeline = cache::insert(name, revision, pipeline);
         describe(name, source, revision, &pipeline)
     }
 
