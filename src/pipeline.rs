@@ -67,9 +67,7 @@ impl Pipeline {
         }
         let (pooling, pooling_from) = match (&options.pooling, &layout.pooling) {
             (Some(spec), _) => (parse_pooling(&spec.to_vec())?, "options".to_string()),
-            (None, Some(module)) => {
-                (pooling::canonical(module.modes.clone()), module.path.display().to_string())
-            }
+            (None, Some(module)) => (module.modes.clone(), module.path.display().to_string()),
             (None, None) => {
                 (vec![PoolingMode::Mean], "default (no sentence-transformers Pooling module)".into())
             }
@@ -381,6 +379,39 @@ mod load_errors {
         assert!(matches!(e, Error::InvalidFile { .. }) && m.contains("model.safetensors"), "{m}");
         let (e, _) = message(broken("huge_header_len", |d| replace_weights(d, &u64::MAX.to_le_bytes())));
         assert!(matches!(e, Error::InvalidFile { .. }));
+    }
+
+    #[test]
+    fn sentence_transformers_6_pooling_format() {
+        let p = broken("st6", |d| {
+            fs::write(
+                d.join("1_Pooling/config.json"),
+                r#"{"embedding_dimension": 384, "pooling_mode": ["mean", "cls"], "include_prompt": true}"#,
+            )
+            .unwrap()
+        })
+        .unwrap();
+        assert_eq!(p.info().pooling, vec![PoolingMode::Mean, PoolingMode::Cls], "order as listed");
+        assert_eq!(p.info().dim, 768);
+        let (e, m) = message(broken("st6_dim", |d| {
+            fs::write(
+                d.join("1_Pooling/config.json"),
+                r#"{"embedding_dimension": 10, "pooling_mode": "mean"}"#,
+            )
+            .unwrap()
+        }));
+        assert!(matches!(e, Error::InvalidFile { .. }) && m.contains("word_embedding_dimension 10"), "{m}");
+        let (e, m) = message(broken("st6_unknown", |d| {
+            fs::write(
+                d.join("1_Pooling/config.json"),
+                r#"{"embedding_dimension": 384, "pooling_mode": "median"}"#,
+            )
+            .unwrap()
+        }));
+        assert!(
+            matches!(e, Error::Unsupported { what: "pooling mode", .. }) && m.contains("\"median\""),
+            "{m}"
+        );
     }
 
     #[test]

@@ -48,8 +48,15 @@ pub struct TransformerConfig {
 
 /// 1_Pooling/config.json (`sentence_transformers.models.Pooling`).
 #[derive(Debug, Deserialize)]
+/// Two formats exist: sentence-transformers < 6 stores one boolean per mode
+/// (`pooling_mode_cls_token`, ...), concatenated in a fixed order; 6.x stores
+/// `pooling_mode` (a name or a list, concatenated in the order listed) and renames
+/// `word_embedding_dimension` to `embedding_dimension`.
 pub struct PoolingConfig {
+    #[serde(alias = "embedding_dimension")]
     pub word_embedding_dimension: Option<usize>,
+    #[serde(default)]
+    pub pooling_mode: Option<crate::options::OneOrMany>,
     #[serde(default)]
     pub pooling_mode_cls_token: bool,
     #[serde(default)]
@@ -154,29 +161,35 @@ fn safe_join(dir: &Path, sub: &str, file: &Path) -> Result<PathBuf> {
 }
 
 fn pooling_modes(cfg: &PoolingConfig, path: &Path) -> Result<Vec<PoolingMode>> {
-    let unsupported = [
+    // The legacy flags, in sentence-transformers' legacy concatenation order.
+    let legacy = [
+        (cfg.pooling_mode_cls_token, "cls"),
+        (cfg.pooling_mode_max_tokens, "max"),
+        (cfg.pooling_mode_mean_tokens, "mean"),
         (cfg.pooling_mode_mean_sqrt_len_tokens, "mean_sqrt_len_tokens"),
         (cfg.pooling_mode_weightedmean_tokens, "weightedmean"),
         (cfg.pooling_mode_lasttoken, "lasttoken"),
     ];
-    if let Some((_, name)) = unsupported.iter().find(|(on, _)| *on) {
-        return Err(Error::Unsupported {
-            what: "pooling mode",
-            value: name.to_string(),
-            path: path.into(),
-            supported: PoolingMode::NAMES,
-        });
-    }
-    let modes: Vec<PoolingMode> = [
-        (cfg.pooling_mode_cls_token, PoolingMode::Cls),
-        (cfg.pooling_mode_max_tokens, PoolingMode::Max),
-        (cfg.pooling_mode_mean_tokens, PoolingMode::Mean),
-    ]
-    .into_iter()
-    .filter_map(|(on, mode)| on.then_some(mode))
-    .collect();
-    if modes.is_empty() {
+    let names: Vec<String> = match &cfg.pooling_mode {
+        Some(listed) => listed.to_vec(),
+        None => legacy.iter().filter(|(on, _)| *on).map(|(_, name)| name.to_string()).collect(),
+    };
+    if names.is_empty() {
         return Err(Error::invalid_file(path, "no pooling mode is enabled"));
+    }
+    let mut modes = Vec::with_capacity(names.len());
+    for name in names {
+        let Some(mode) = PoolingMode::parse(&name) else {
+            return Err(Error::Unsupported {
+                what: "pooling mode",
+                value: name,
+                path: path.into(),
+                supported: PoolingMode::NAMES,
+            });
+        };
+        if !modes.contains(&mode) {
+            modes.push(mode);
+        }
     }
     Ok(modes)
 }
