@@ -335,14 +335,16 @@ mod load_errors {
     }
 
     #[test]
-    fn unsupported_pooling_mode() {
-        let (e, m) = message(broken("lasttoken", |d| {
-            edit_json(&d.join("1_Pooling/config.json"), |v| v["pooling_mode_lasttoken"] = true.into())
-        }));
-        assert!(
-            matches!(e, Error::Unsupported { what: "pooling mode", .. }) && m.contains("lasttoken"),
-            "{m}"
-        );
+    fn legacy_pooling_flags_concatenate_in_legacy_order() {
+        let p = broken("legacy_flags", |d| {
+            edit_json(&d.join("1_Pooling/config.json"), |v| {
+                v["pooling_mode_lasttoken"] = true.into();
+                v["pooling_mode_cls_token"] = true.into();
+            })
+        })
+        .unwrap();
+        assert_eq!(p.info().pooling, vec![PoolingMode::Cls, PoolingMode::Mean, PoolingMode::Lasttoken]);
+        assert_eq!(p.info().dim, 3 * 384);
     }
 
     #[test]

@@ -4,56 +4,95 @@
 use candle_core::{DType, IndexOp, Result, Tensor, D};
 use serde::Serialize;
 
-/// Pooling modes. Declaration order is sentence-transformers' concatenation order
-/// (`sentence_transformers.models.Pooling.forward`), whatever order a user lists them in.
+/// Pooling modes, as `sentence_transformers.models.Pooling` (6.x) computes them.
+/// Declaration order is sentence-transformers' legacy concatenation order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PoolingMode {
-    /// The first token ([CLS] / <s>).
+    /// The first token that counts ([CLS] / <s>; the first one after an excluded prompt).
     Cls,
-    /// Element-wise max over real tokens.
+    /// Element-wise max over counted tokens.
     Max,
-    /// Mean over real tokens.
+    /// Mean over counted tokens.
     Mean,
+    /// Sum over counted tokens divided by the square root of their number.
+    MeanSqrtLenTokens,
+    /// Mean weighted by position (1, 2, 3, ... from the start of the sequence).
+    Weightedmean,
+    /// The last counted token.
+    Lasttoken,
 }
 
 impl PoolingMode {
-    pub const NAMES: &'static str = "cls, max, mean";
+    pub const NAMES: &'static str = "cls, max, mean, mean_sqrt_len_tokens, weightedmean, lasttoken";
 
     pub fn parse(name: &str) -> Option<Self> {
         match name {
             "cls" => Some(Self::Cls),
             "max" => Some(Self::Max),
             "mean" => Some(Self::Mean),
+            "mean_sqrt_len_tokens" => Some(Self::MeanSqrtLenTokens),
+            "weightedmean" => Some(Self::Weightedmean),
+            "lasttoken" => Some(Self::Lasttoken),
             _ => None,
         }
     }
 }
 
-/// Sorts modes into sentence-transformers' order and drops repeats.
+/// Sorts modes into sentence-transformers' legacy order and drops repeats.
 pub fn canonical(mut modes: Vec<PoolingMode>) -> Vec<PoolingMode> {
     modes.sort();
     modes.dedup();
     modes
 }
 
-/// Pools `hidden` [b, s, h] under `mask` [b, s] (1 = real token, any integer dtype)
-/// into [b, h * modes.len()], concatenating modes in the order given.
+/// Pools `hidden` [b, s, h] under `mask` [b, s] (u32, 1 = a token that counts) into
+/// [b, h * modes.len()], concatenating modes in the order given. Inputs are right-padded;
+/// a caller that excludes a prompt from pooling zeroes its positions in `mask`.
 pub fn pool(hidden: &Tensor, mask: &Tensor, modes: &[PoolingMode]) -> Result<Tensor> {
-    let mask = mask.to_dtype(DType::F32)?.unsqueeze(D::Minus1)?; // [b, s, 1]
+    let (_, seq, _) = hidden.dims3()?;
+    let rows: Vec<Vec<u32>> = mask.to_vec2()?;
+    let maskf = mask.to_dtype(DType::F32)?.unsqueeze(D::Minus1)?; // [b, s, 1]
+    let counted = || -> Result<(Tensor, Tensor)> {
+        Ok((hidden.broadcast_mul(&maskf)?.sum(1)?, maskf.sum(1)?.clamp(1e-9f32, f32::MAX)?))
+    };
+    // One token per row, or zeros where no token counts (as sentence-transformers' gather
+    // over the masked states gives).
+    let pick = |index: &dyn Fn(&[u32]) -> Option<usize>| -> Result<Tensor> {
+        let picked = rows
+            .iter()
+            .enumerate()
+            .map(|(b, row)| match index(row) {
+                Some(t) => hidden.i((b, t)),
+                None => hidden.i((b, 0))?.zeros_like(),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Tensor::stack(&picked, 0)
+    };
     let mut parts = Vec::with_capacity(modes.len());
     for mode in modes {
         parts.push(match mode {
-            PoolingMode::Cls => hidden.i((.., 0, ..))?,
+            // argmax of an all-zero mask is 0: the first position.
+            PoolingMode::Cls => pick(&|row| Some(row.iter().position(|&m| m != 0).unwrap_or(0)))?,
+            PoolingMode::Lasttoken => pick(&|row| row.iter().rposition(|&m| m != 0))?,
             PoolingMode::Mean => {
-                let summed = hidden.broadcast_mul(&mask)?.sum(1)?;
-                let counts = mask.sum(1)?.clamp(1e-9f32, f32::MAX)?;
-                summed.broadcast_div(&counts)?
+                let (sum, count) = counted()?;
+                sum.broadcast_div(&count)?
+            }
+            PoolingMode::MeanSqrtLenTokens => {
+                let (sum, count) = counted()?;
+                sum.broadcast_div(&count.sqrt()?)?
+            }
+            PoolingMode::Weightedmean => {
+                let positions =
+                    Tensor::arange(1u32, seq as u32 + 1, hidden.device())?.to_dtype(DType::F32)?;
+                let weights = maskf.broadcast_mul(&positions.reshape((1, seq, 1))?)?;
+                let sum = hidden.broadcast_mul(&weights)?.sum(1)?;
+                sum.broadcast_div(&weights.sum(1)?.clamp(1e-9f32, f32::MAX)?)?
             }
             PoolingMode::Max => {
-                // sentence-transformers sets padded positions to -1e9 before the max.
-                let keep = mask.broadcast_as(hidden.shape())?.ne(0f32)?;
-                let floor = Tensor::full(-1e9f32, hidden.shape(), hidden.device())?;
+                let keep = maskf.broadcast_as(hidden.shape())?.ne(0f32)?;
+                let floor = Tensor::full(f32::NEG_INFINITY, hidden.shape(), hidden.device())?;
                 keep.where_cond(hidden, &floor)?.max(1)?
             }
         });
@@ -94,6 +133,29 @@ mod tests {
         assert_eq!(run(&[PoolingMode::Cls]), vec![vec![1., 2.], vec![-1., 1.]]);
         assert_eq!(run(&[PoolingMode::Mean]), vec![vec![3., -2. / 3.], vec![0.5, 2.]]);
         assert_eq!(run(&[PoolingMode::Max]), vec![vec![5., 2.], vec![2., 3.]]);
+        assert_eq!(run(&[PoolingMode::Lasttoken]), vec![vec![5., 0.], vec![2., 3.]]);
+        // sum / sqrt(count): (9, -2) / sqrt(3) and (1, 4) / sqrt(2)
+        let s3 = 3f32.sqrt();
+        let s2 = 2f32.sqrt();
+        let got = run(&[PoolingMode::MeanSqrtLenTokens]);
+        for (g, w) in got.concat().iter().zip([9. / s3, -2. / s3, 1. / s2, 4. / s2]) {
+            assert!((g - w).abs() < 1e-6, "{g} vs {w}");
+        }
+        // weights 1, 2, 3: (1+6+15, 2-8+0)/6 and (-1+4, 1+6)/3
+        let got = run(&[PoolingMode::Weightedmean]);
+        for (g, w) in got.concat().iter().zip([22. / 6., -6. / 6., 1., 7. / 3.]) {
+            assert!((g - w).abs() < 1e-6, "{g} vs {w}");
+        }
+    }
+
+    #[test]
+    fn an_excluded_prompt_moves_cls_and_leaves_zeros_when_nothing_counts() {
+        let (h, _) = batch();
+        // Row 1: the first position is a prompt (excluded); row 2: nothing counts.
+        let m = Tensor::new(&[[0u32, 1, 1], [0, 0, 0]], &Device::Cpu).unwrap();
+        let got: Vec<Vec<f32>> =
+            pool(&h, &m, &[PoolingMode::Cls, PoolingMode::Lasttoken]).unwrap().to_vec2().unwrap();
+        assert_eq!(got, vec![vec![3., -4., 5., 0.], vec![-1., 1., 0., 0.]]);
     }
 
     #[test]

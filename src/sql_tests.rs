@@ -166,7 +166,9 @@ mod tests {
         Spi::run("SELECT embed.register_model('x', 'all-MiniLM-L6-v2', '{\"polling\": \"cls\"}')").unwrap();
     }
 
-    #[pg_test(error = "invalid options: unknown pooling mode \"avg\"; expected one of cls, max, mean")]
+    #[pg_test(
+        error = "invalid options: unknown pooling mode \"avg\"; expected one of cls, max, mean, mean_sqrt_len_tokens, weightedmean, lasttoken"
+    )]
     fn register_unknown_pooling() {
         Spi::run("SELECT embed.register_model('x', 'all-MiniLM-L6-v2', '{\"pooling\": \"avg\"}')").unwrap();
     }
