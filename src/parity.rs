@@ -21,7 +21,8 @@ struct Case {
     text: String,
     input_ids: Vec<u32>,
     embedding: Vec<f32>,
-    /// Pooled output before the Normalize module.
+    /// Pooled output before the Normalize module (all-MiniLM-L6-v2 only).
+    #[serde(default)]
     pooled: Vec<f32>,
 }
 
@@ -120,5 +121,65 @@ fn minilm_without_normalize_matches_the_pooled_output() {
         let got = p.embed(&[case.text.as_str()]).unwrap().remove(0);
         assert!(cosine(&got, &case.pooled) >= COSINE_MIN, "case {}", case.name);
         assert!(max_abs_diff(&got, &case.pooled) <= ABS_TOL, "case {}", case.name);
+    }
+}
+
+/// tests/fixtures: tiny seeded random sentence-transformers models made by
+/// scripts/gen_fixtures.py, with sentence-transformers' outputs in golden.json.
+#[derive(Deserialize)]
+struct Fixtures {
+    fixtures: std::collections::HashMap<String, Fixture>,
+}
+
+#[derive(Deserialize)]
+struct Fixture {
+    cases: Vec<Case>,
+    #[serde(default)]
+    batched_embeddings: Option<Vec<Vec<f32>>>,
+}
+
+fn fixtures() -> Fixtures {
+    let path = root().join("tests/fixtures/golden.json");
+    serde_json::from_slice(&std::fs::read(&path).unwrap()).expect("fixture golden file parses")
+}
+
+fn fixture(name: &str) -> Pipeline {
+    Pipeline::load(&root().join("tests/fixtures").join(name), &Options::default())
+        .unwrap_or_else(|e| panic!("fixture {name}: {e}"))
+}
+
+fn assert_close(got: &[f32], want: &[f32], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    let (cos, diff) = (cosine(got, want), max_abs_diff(got, want));
+    assert!(cos >= COSINE_MIN || want.iter().all(|x| *x == 0.0), "{what}: cosine {cos}");
+    assert!(diff <= ABS_TOL, "{what}: max abs diff {diff}");
+}
+
+#[test]
+fn every_pooling_mode_matches_sentence_transformers() {
+    let all = fixtures();
+    let modes = ["cls", "mean", "max", "mean_sqrt_len_tokens", "weightedmean", "lasttoken", "concat"];
+    for mode in modes {
+        let name = format!("pool_{mode}");
+        let p = fixture(&name);
+        let fx = &all.fixtures[&name];
+        assert!(fx.cases.len() >= 20, "{name}: {} cases", fx.cases.len());
+        for case in &fx.cases {
+            let what = format!("{name}/{}", case.name);
+            assert_eq!(p.tokenize(&case.text).unwrap(), case.input_ids, "{what}: token ids");
+            assert_close(&p.embed(&[case.text.as_str()]).unwrap()[0], &case.embedding, &what);
+        }
+    }
+}
+
+#[test]
+fn concatenated_pooling_in_a_padded_batch_matches_sentence_transformers() {
+    let all = fixtures();
+    let fx = &all.fixtures["pool_concat"];
+    let want = fx.batched_embeddings.as_ref().expect("pool_concat has batched_embeddings");
+    let texts: Vec<&str> = fx.cases.iter().map(|c| c.text.as_str()).collect();
+    let got = fixture("pool_concat").embed(&texts).unwrap();
+    for ((case, g), w) in fx.cases.iter().zip(&got).zip(want) {
+        assert_close(g, w, &format!("pool_concat/{} in a batch", case.name));
     }
 }

@@ -85,7 +85,14 @@ impl Pipeline {
                 )))
             }
             Some(n) => n,
-            None => layout.transformer.max_seq_length.unwrap_or(max_positions).min(max_positions),
+            // sentence-transformers: sentence_bert_config.json's max_seq_length, else the
+            // tokenizer's model_max_length (where 6.x saves it), capped by the positions.
+            None => layout
+                .transformer
+                .max_seq_length
+                .or(tokenizer_max_length(&bdir.join("tokenizer_config.json"))?)
+                .unwrap_or(max_positions)
+                .min(max_positions),
         };
         let specials = tokenizer.get_post_processor().map(|p| p.added_tokens(false)).unwrap_or(0);
         if max_length <= specials {
@@ -191,6 +198,17 @@ fn parse_pooling(names: &[String]) -> Result<Vec<PoolingMode>> {
         })
         .collect::<Result<Vec<_>>>()?;
     Ok(pooling::canonical(modes))
+}
+
+/// `model_max_length` of tokenizer_config.json; transformers stores a huge float
+/// (1e30) when the tokenizer sets no limit.
+fn tokenizer_max_length(path: &Path) -> Result<Option<usize>> {
+    #[derive(serde::Deserialize)]
+    struct TokenizerConfig {
+        model_max_length: Option<f64>,
+    }
+    let cfg: Option<TokenizerConfig> = crate::st::read_json_opt(path)?;
+    Ok(cfg.and_then(|c| c.model_max_length).filter(|n| *n >= 1.0 && *n < 1e9).map(|n| n as usize))
 }
 
 fn load_tokenizer(path: &Path) -> Result<Tokenizer> {

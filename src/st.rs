@@ -32,11 +32,24 @@ struct ModuleEntry {
     kind: String,
 }
 
-const TRANSFORMER: &str = "sentence_transformers.models.Transformer";
-const POOLING: &str = "sentence_transformers.models.Pooling";
-const NORMALIZE: &str = "sentence_transformers.models.Normalize";
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Transformer,
+    Pooling,
+    Normalize,
+}
+
+/// Module class paths as modules.json stores them: sentence-transformers < 6 and 6.x.
+const MODULES: &[(&str, Kind)] = &[
+    ("sentence_transformers.models.Transformer", Kind::Transformer),
+    ("sentence_transformers.base.modules.transformer.Transformer", Kind::Transformer),
+    ("sentence_transformers.models.Pooling", Kind::Pooling),
+    ("sentence_transformers.sentence_transformer.modules.pooling.Pooling", Kind::Pooling),
+    ("sentence_transformers.models.Normalize", Kind::Normalize),
+    ("sentence_transformers.base.modules.normalize.Normalize", Kind::Normalize),
+];
 const SUPPORTED_MODULES: &str =
-    "sentence_transformers.models.Transformer, sentence_transformers.models.Pooling, sentence_transformers.models.Normalize";
+    "Transformer, Pooling, Normalize (sentence_transformers.models.* or their 6.x paths)";
 
 /// sentence_bert_config.json (the Transformer module's own settings).
 #[derive(Debug, Default, Deserialize)]
@@ -111,14 +124,15 @@ impl Layout {
         let mut seen_transformer = false;
         for (i, module) in modules.iter().enumerate() {
             let folder = safe_join(dir, &module.path, &modules_path)?;
-            match module.kind.as_str() {
-                TRANSFORMER if i == 0 => {
+            let kind = MODULES.iter().find(|(path, _)| *path == module.kind).map(|(_, k)| *k);
+            match kind {
+                Some(Kind::Transformer) if i == 0 => {
                     seen_transformer = true;
                     layout.transformer =
                         read_json_opt(&folder.join("sentence_bert_config.json"))?.unwrap_or_default();
                     layout.backbone_dir = folder;
                 }
-                POOLING if seen_transformer && layout.pooling.is_none() && !layout.normalize => {
+                Some(Kind::Pooling) if seen_transformer && layout.pooling.is_none() && !layout.normalize => {
                     let path = folder.join("config.json");
                     let cfg: PoolingConfig = read_json(&path)?;
                     let modes = pooling_modes(&cfg, &path)?;
@@ -127,20 +141,21 @@ impl Layout {
                 }
                 // Sentence-transformers builds Normalize without reading its folder,
                 // which released models often do not ship.
-                NORMALIZE if seen_transformer => layout.normalize = true,
-                TRANSFORMER | POOLING | NORMALIZE => {
+                Some(Kind::Normalize) if seen_transformer => layout.normalize = true,
+                Some(_) => {
                     return Err(Error::invalid_file(
                         &modules_path,
                         format!("module {} at position {i} is out of order", module.kind),
                     ))
                 }
-                other => {
+                None => {
+                    let other = module.kind.as_str();
                     return Err(Error::Unsupported {
                         what: "sentence-transformers module",
                         value: other.to_string(),
                         path: modules_path,
                         supported: SUPPORTED_MODULES,
-                    })
+                    });
                 }
             }
         }
