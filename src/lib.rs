@@ -11,6 +11,7 @@ mod cache;
 mod catalog;
 pub mod error;
 mod guc;
+pub mod heads;
 pub mod models;
 pub mod options;
 pub mod pipeline;

@@ -183,3 +183,47 @@ fn concatenated_pooling_in_a_padded_batch_matches_sentence_transformers() {
         assert_close(g, w, &format!("pool_concat/{} in a batch", case.name));
     }
 }
+
+#[test]
+fn dense_heads_match_sentence_transformers() {
+    let all = fixtures();
+    for name in [
+        "dense_tanh",
+        "dense_chain",
+        "dense_gelu",
+        "dense_sigmoid",
+        "dense_leakyrelu",
+        "dense_silu",
+        "dense_softplus",
+    ] {
+        let p = fixture(name);
+        let fx = &all.fixtures[name];
+        assert!(!p.info().heads.is_empty(), "{name}: heads resolved");
+        for case in &fx.cases {
+            assert_close(
+                &p.embed(&[case.text.as_str()]).unwrap()[0],
+                &case.embedding,
+                &format!("{name}/{}", case.name),
+            );
+        }
+    }
+    let chain = fixture("dense_chain");
+    assert_eq!(chain.dim(), 8);
+    assert_eq!(chain.info().heads[0]["bias"], false);
+    assert_eq!(chain.info().heads[1]["activation"], "torch.nn.modules.activation.ReLU");
+}
+
+#[test]
+fn an_unknown_dense_activation_is_named() {
+    let src = root().join("tests/fixtures/dense_tanh");
+    let dir = std::env::temp_dir().join(format!("pg_embed_dense_{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let copy = std::process::Command::new("cp").arg("-r").arg(&src).arg(&dir).status().unwrap();
+    assert!(copy.success());
+    let cfg = dir.join("2_Dense/config.json");
+    let text = std::fs::read_to_string(&cfg).unwrap().replace("activation.Tanh", "activation.Mish");
+    std::fs::write(&cfg, text).unwrap();
+    let err = Pipeline::load(&dir, &Options::default()).err().expect("must fail").to_string();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(err.contains("unsupported activation_function \"torch.nn.modules.activation.Mish\""), "{err}");
+}

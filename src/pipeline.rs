@@ -10,6 +10,7 @@ use serde::Serialize;
 use tokenizers::{PostProcessor, Tokenizer, TruncationParams};
 
 use crate::error::{Error, Result};
+use crate::heads::Dense;
 use crate::models::{Backbone, BackboneConfig};
 use crate::options::Options;
 use crate::pooling::{self, PoolingMode};
@@ -36,6 +37,7 @@ pub struct PipelineInfo {
 pub struct Pipeline {
     tokenizer: Tokenizer,
     backbone: Backbone,
+    heads: Vec<Dense>,
     pooling: Vec<PoolingMode>,
     normalize: bool,
     lowercase: bool,
@@ -73,7 +75,7 @@ impl Pipeline {
             }
         };
         let normalize = options.normalize.unwrap_or(layout.normalize);
-        let dim = config.hidden_size() * pooling.len();
+        let pooled_dim = config.hidden_size() * pooling.len();
 
         let mut tokenizer = load_tokenizer(&bdir.join("tokenizer.json"))?;
         let pad_id = tokenizer.get_padding().map(|p| p.pad_id).unwrap_or(0);
@@ -110,6 +112,22 @@ impl Pipeline {
         let device = Device::Cpu;
         let (vb, parameters) = load_weights(bdir, &device)?;
         let backbone = Backbone::load(vb, &config).map_err(|e| e.in_dir(bdir))?;
+        let mut heads = Vec::with_capacity(layout.dense.len());
+        let mut dim = pooled_dim;
+        for folder in &layout.dense {
+            let head = Dense::load(folder, &device)?;
+            if head.in_features != dim {
+                return Err(Error::invalid_file(
+                    folder.join("config.json"),
+                    format!(
+                        "in_features {} does not match the previous stage's output dimension {dim}",
+                        head.in_features
+                    ),
+                ));
+            }
+            dim = head.out_features;
+            heads.push(head);
+        }
 
         let info = PipelineInfo {
             task: "embed",
@@ -118,7 +136,7 @@ impl Pipeline {
             parameters,
             pooling: pooling.clone(),
             pooling_from,
-            heads: Vec::new(),
+            heads: heads.iter().map(Dense::describe).collect(),
             normalize,
             dim,
             max_length,
@@ -128,6 +146,7 @@ impl Pipeline {
         Ok(Pipeline {
             tokenizer,
             backbone,
+            heads,
             pooling,
             normalize,
             lowercase: layout.transformer.do_lower_case,
@@ -173,6 +192,9 @@ impl Pipeline {
             let type_ids = ids.zeros_like()?;
             let hidden = self.backbone.forward(&ids, &type_ids, &mask)?;
             let mut out = pooling::pool(&hidden, &mask, &self.pooling)?;
+            for head in &self.heads {
+                out = head.forward(&out)?;
+            }
             if self.normalize {
                 out = pooling::l2_normalize(&out)?;
             }
@@ -218,7 +240,7 @@ fn load_tokenizer(path: &Path) -> Result<Tokenizer> {
 
 /// Reads model.safetensors into memory (no mmap: a file changed under a mapping would
 /// crash the backend) and counts the parameters.
-fn load_weights(dir: &Path, device: &Device) -> Result<(VarBuilder<'static>, usize)> {
+pub(crate) fn load_weights(dir: &Path, device: &Device) -> Result<(VarBuilder<'static>, usize)> {
     let path = dir.join("model.safetensors");
     let bytes = std::fs::read(&path).map_err(|e| Error::io(&path, e))?;
     let tensors =
@@ -342,12 +364,12 @@ mod load_errors {
             edit_json(&d.join("modules.json"), |v| {
                 v.as_array_mut().unwrap().insert(
                     2,
-                    serde_json::json!({"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"}),
+                    serde_json::json!({"idx": 2, "name": "2", "path": "2_LSTM", "type": "sentence_transformers.models.LSTM"}),
                 )
             })
         }));
         assert!(
-            matches!(e, Error::Unsupported { .. }) && m.contains("sentence_transformers.models.Dense"),
+            matches!(e, Error::Unsupported { .. }) && m.contains("sentence_transformers.models.LSTM"),
             "{m}"
         );
     }

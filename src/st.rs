@@ -36,6 +36,7 @@ struct ModuleEntry {
 enum Kind {
     Transformer,
     Pooling,
+    Dense,
     Normalize,
 }
 
@@ -45,11 +46,13 @@ const MODULES: &[(&str, Kind)] = &[
     ("sentence_transformers.base.modules.transformer.Transformer", Kind::Transformer),
     ("sentence_transformers.models.Pooling", Kind::Pooling),
     ("sentence_transformers.sentence_transformer.modules.pooling.Pooling", Kind::Pooling),
+    ("sentence_transformers.models.Dense", Kind::Dense),
+    ("sentence_transformers.base.modules.dense.Dense", Kind::Dense),
     ("sentence_transformers.models.Normalize", Kind::Normalize),
     ("sentence_transformers.base.modules.normalize.Normalize", Kind::Normalize),
 ];
 const SUPPORTED_MODULES: &str =
-    "Transformer, Pooling, Normalize (sentence_transformers.models.* or their 6.x paths)";
+    "Transformer, Pooling, Dense, Normalize (sentence_transformers.models.* or their 6.x paths)";
 
 /// sentence_bert_config.json (the Transformer module's own settings).
 #[derive(Debug, Default, Deserialize)]
@@ -101,6 +104,8 @@ pub struct Layout {
     pub transformer: TransformerConfig,
     /// The Pooling module, if there is one.
     pub pooling: Option<PoolingModule>,
+    /// Dense module folders, in pipeline order.
+    pub dense: Vec<PathBuf>,
     pub normalize: bool,
 }
 
@@ -112,6 +117,7 @@ impl Layout {
                 backbone_dir: dir.to_path_buf(),
                 transformer: read_json_opt(&dir.join("sentence_bert_config.json"))?.unwrap_or_default(),
                 pooling: None,
+                dense: Vec::new(),
                 normalize: false,
             });
         };
@@ -119,6 +125,7 @@ impl Layout {
             backbone_dir: dir.to_path_buf(),
             transformer: TransformerConfig::default(),
             pooling: None,
+            dense: Vec::new(),
             normalize: false,
         };
         let mut seen_transformer = false;
@@ -138,6 +145,9 @@ impl Layout {
                     let modes = pooling_modes(&cfg, &path)?;
                     layout.pooling =
                         Some(PoolingModule { modes, dimension: cfg.word_embedding_dimension, path });
+                }
+                Some(Kind::Dense) if layout.pooling.is_some() && !layout.normalize => {
+                    layout.dense.push(folder)
                 }
                 // Sentence-transformers builds Normalize without reading its folder,
                 // which released models often do not ship.
