@@ -110,6 +110,10 @@ impl Dense {
         self.activation.apply(&y)
     }
 
+    pub fn parameters(&self) -> usize {
+        self.weight.elem_count() + self.bias.as_ref().map_or(0, Tensor::elem_count)
+    }
+
     pub fn describe(&self) -> serde_json::Value {
         serde_json::json!({
             "type": "dense",

@@ -209,6 +209,8 @@ fn dense_heads_match_sentence_transformers() {
     }
     let chain = fixture("dense_chain");
     assert_eq!(chain.dim(), 8);
+    let backbone_only = fixture("pool_cls").info().parameters;
+    assert_eq!(chain.info().parameters, backbone_only + 32 * 24 + (24 * 8 + 8), "heads counted");
     assert_eq!(chain.info().heads[0]["bias"], false);
     assert_eq!(chain.info().heads[1]["activation"], "torch.nn.modules.activation.ReLU");
 }

@@ -133,7 +133,7 @@ impl Pipeline {
             task: "embed",
             architecture: config.architecture(),
             backbone: config.summary(),
-            parameters,
+            parameters: parameters + heads.iter().map(Dense::parameters).sum::<usize>(),
             pooling: pooling.clone(),
             pooling_from,
             heads: heads.iter().map(Dense::describe).collect(),
