@@ -51,7 +51,6 @@ pub fn canonical(mut modes: Vec<PoolingMode>) -> Vec<PoolingMode> {
 /// a caller that excludes a prompt from pooling zeroes its positions in `mask`.
 pub fn pool(hidden: &Tensor, mask: &Tensor, modes: &[PoolingMode]) -> Result<Tensor> {
     let (_, seq, _) = hidden.dims3()?;
-    let rows: Vec<Vec<u32>> = mask.to_vec2()?;
     let maskf = mask.to_dtype(DType::F32)?.unsqueeze(D::Minus1)?; // [b, s, 1]
     let counted = || -> Result<(Tensor, Tensor)> {
         Ok((hidden.broadcast_mul(&maskf)?.sum(1)?, maskf.sum(1)?.clamp(1e-9f32, f32::MAX)?))
@@ -59,6 +58,7 @@ pub fn pool(hidden: &Tensor, mask: &Tensor, modes: &[PoolingMode]) -> Result<Ten
     // One token per row, or zeros where no token counts (as sentence-transformers' gather
     // over the masked states gives).
     let pick = |index: &dyn Fn(&[u32]) -> Option<usize>| -> Result<Tensor> {
+        let rows: Vec<Vec<u32>> = mask.to_vec2()?;
         let picked = rows
             .iter()
             .enumerate()
