@@ -75,7 +75,6 @@ impl Pipeline {
             }
         };
         let normalize = options.normalize.unwrap_or(layout.normalize);
-        let pooled_dim = config.hidden_size() * pooling.len();
 
         let mut tokenizer = load_tokenizer(&bdir.join("tokenizer.json"))?;
         let pad_id = tokenizer.get_padding().map(|p| p.pad_id).unwrap_or(0);
@@ -113,7 +112,7 @@ impl Pipeline {
         let (vb, parameters) = load_weights(bdir, &device)?;
         let backbone = Backbone::load(vb, &config).map_err(|e| e.in_dir(bdir))?;
         let mut heads = Vec::with_capacity(layout.dense.len());
-        let mut dim = pooled_dim;
+        let mut dim = config.hidden_size() * pooling.len();
         for folder in &layout.dense {
             let head = Dense::load(folder, &device)?;
             if head.in_features != dim {

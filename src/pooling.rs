@@ -51,9 +51,13 @@ pub fn canonical(mut modes: Vec<PoolingMode>) -> Vec<PoolingMode> {
 /// a caller that excludes a prompt from pooling zeroes its positions in `mask`.
 pub fn pool(hidden: &Tensor, mask: &Tensor, modes: &[PoolingMode]) -> Result<Tensor> {
     let (_, seq, _) = hidden.dims3()?;
-    let maskf = mask.to_dtype(DType::F32)?.unsqueeze(D::Minus1)?; // [b, s, 1]
-    let counted = || -> Result<(Tensor, Tensor)> {
-        Ok((hidden.broadcast_mul(&maskf)?.sum(1)?, maskf.sum(1)?.clamp(1e-9f32, f32::MAX)?))
+    // [b, s, 1]
+    let maskf = mask.to_dtype(DType::F32)?.unsqueeze(D::Minus1)?;
+    // Sum and count of the counted tokens, shared by mean and mean_sqrt_len_tokens.
+    let counted = if modes.iter().any(|m| matches!(m, PoolingMode::Mean | PoolingMode::MeanSqrtLenTokens)) {
+        Some((hidden.broadcast_mul(&maskf)?.sum(1)?, maskf.sum(1)?.clamp(1e-9f32, f32::MAX)?))
+    } else {
+        None
     };
     // One token per row, or zeros where no token counts (as sentence-transformers' gather
     // over the masked states gives).
@@ -75,13 +79,12 @@ pub fn pool(hidden: &Tensor, mask: &Tensor, modes: &[PoolingMode]) -> Result<Ten
             // argmax of an all-zero mask is 0: the first position.
             PoolingMode::Cls => pick(&|row| Some(row.iter().position(|&m| m != 0).unwrap_or(0)))?,
             PoolingMode::Lasttoken => pick(&|row| row.iter().rposition(|&m| m != 0))?,
-            PoolingMode::Mean => {
-                let (sum, count) = counted()?;
-                sum.broadcast_div(&count)?
-            }
-            PoolingMode::MeanSqrtLenTokens => {
-                let (sum, count) = counted()?;
-                sum.broadcast_div(&count.sqrt()?)?
+            PoolingMode::Mean | PoolingMode::MeanSqrtLenTokens => {
+                let (sum, count) = counted
+                    .as_ref()
+                    .ok_or_else(|| candle_core::Error::Msg("mean sums not computed".into()))?;
+                let denominator = if *mode == PoolingMode::Mean { count.clone() } else { count.sqrt()? };
+                sum.broadcast_div(&denominator)?
             }
             PoolingMode::Weightedmean => {
                 let positions =
