@@ -19,7 +19,10 @@ have_libclang() {
     if [ -n "${LIBCLANG_PATH:-}" ]; then
         for f in "$LIBCLANG_PATH"/libclang*.so*; do [ -e "$f" ] && return 0; done
     fi
-    for f in /usr/lib/llvm-*/lib/libclang.so /usr/lib/llvm-*/lib/libclang-*.so*; do
+    # libclang's C API (what bindgen loads): libclang.so*, libclang-<version>.so*; not
+    # libclang-cpp.so*, the C++ library some images ship without it.
+    for f in /usr/lib/llvm-*/lib/libclang.so* /usr/lib/llvm-*/lib/libclang-[0-9]*.so* \
+        /usr/lib/*-linux-gnu/libclang.so* /usr/lib/*-linux-gnu/libclang-[0-9]*.so*; do
         [ -e "$f" ] && return 0
     done
     return 1
@@ -31,7 +34,7 @@ else
     info "libclang: installing libclang-dev (apt)"
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libclang-dev >/dev/null
-    have_libclang || die "libclang-dev installed but no libclang.so found under /usr/lib/llvm-*/lib"
+    have_libclang || die "libclang-dev installed but no libclang.so found under /usr/lib/llvm-*/lib or /usr/lib/*-linux-gnu"
 fi
 
 # ---- cargo-pgrx -------------------------------------------------------------------
