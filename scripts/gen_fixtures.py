@@ -173,6 +173,21 @@ FIXTURES: list[tuple[str, dict]] = [
     # is recorded here; "passage" behaves the same way and is covered by the two fixtures above.
     ("prompts_exclude_concat", {"pooling": POOL_ORDER, "prompts": PROMPTS, "include_prompt": False,
                                 "prompt_names": ["query"]}),
+    # Three modes in a non-legacy order: sentence-transformers 6.x concatenates as listed.
+    ("pool_concat3", {"pooling": ("mean", "cls", "max")}),
+    # A plain Hugging Face directory (no sentence-transformers files): sentence-transformers
+    # wraps it with mean pooling; the backbone's pooler_output is recorded too.
+    ("hf_plain", {"plain": True, "pooler_output": True}),
+    # Mean pooling with no heads of its own, plus heads.safetensors holding two linear heads
+    # that pg_embed applies from options; the golden values come from sentence-transformers
+    # with the same weights as Dense modules (tanh with bias, then identity without), then
+    # Normalize.
+    ("user_head", {"pooling": "mean", "user_heads": [("proj", 32, 20, True, "Tanh", 201),
+                                                      ("out", 20, 12, False, "Identity", 202)]}),
+    # Dense with use_residual (sentence-transformers 6.x): x + f(Wx + b) when the widths
+    # agree, else a bias-free residual projection of x is added.
+    ("dense_residual", {"pooling": "mean", "dense": [(32, 32, True, "Tanh", 109, True),
+                                                     (32, 16, True, "ReLU", 110, True)]}),
 ]
 
 OWNED_FILES = {"golden.json"}  # plus every fixture directory; README.md is hand-written
@@ -317,27 +332,74 @@ def build_fixture(name: str, spec: dict, backbone_dir: str, out_dir: str) -> Non
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.modules import Dense, Normalize, Pooling, Transformer
 
+    if spec.get("plain"):
+        shutil.copytree(backbone_dir, out_dir)
+        return
     transformer = Transformer(backbone_dir, max_seq_length=MAX_SEQ_LENGTH)
     modules = [transformer,
                Pooling(HIDDEN, pooling_mode=spec["pooling"], include_prompt=spec.get("include_prompt", True))]
-    for (d_in, d_out, bias, act, seed) in spec.get("dense", []):
+    for (d_in, d_out, bias, act, seed, *residual) in spec.get("dense", []):
         torch.manual_seed(seed)
-        dense = Dense(d_in, d_out, bias=bias, activation_function=getattr(nn, act)())
+        dense = Dense(d_in, d_out, bias=bias, activation_function=getattr(nn, act)(),
+                      use_residual=bool(residual and residual[0]))
         with torch.no_grad():
             g = torch.Generator().manual_seed(seed)
             dense.linear.weight.copy_(torch.randn(dense.linear.weight.shape, generator=g) * INIT_STD)
             if bias:
                 dense.linear.bias.copy_(torch.randn(dense.linear.bias.shape, generator=g) * INIT_STD)
+            if hasattr(dense, "residual"):
+                dense.residual.weight.copy_(torch.randn(dense.residual.weight.shape, generator=g) * INIT_STD)
         modules.append(dense)
     if spec.get("normalize"):
         modules.append(Normalize())
     model = SentenceTransformer(modules=modules, device="cpu", prompts=spec.get("prompts"),
                                 default_prompt_name=None)
     model.save(out_dir, create_model_card=False, safe_serialization=True)
+    if spec.get("user_heads"):
+        from safetensors.torch import save_file
+
+        tensors = {}
+        for (prefix, d_in, d_out, bias, _act, seed) in spec["user_heads"]:
+            w, b = user_head_weights(d_in, d_out, bias, seed)
+            tensors[f"{prefix}.weight"] = w
+            if b is not None:
+                tensors[f"{prefix}.bias"] = b
+        save_file(tensors, os.path.join(out_dir, "heads.safetensors"))
     # Side files transformers 5 does not copy on save (see build_tokenizer).
     for fn in ("vocab.txt", "special_tokens_map.json"):
         if not os.path.exists(os.path.join(out_dir, fn)):
             shutil.copyfile(os.path.join(backbone_dir, fn), os.path.join(out_dir, fn))
+
+
+def user_head_weights(d_in: int, d_out: int, bias: bool, seed: int):
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    w = (torch.randn((d_out, d_in), generator=g) * INIT_STD).contiguous()
+    b = (torch.randn((d_out,), generator=g) * INIT_STD).contiguous() if bias else None
+    return w, b
+
+
+def with_user_heads(fixture_dir: str, spec: dict):
+    """The fixture as sentence-transformers runs it with its heads.safetensors as Dense modules."""
+    import torch
+    from torch import nn
+    from safetensors.torch import load_file
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Dense, Normalize
+
+    saved = load_file(os.path.join(fixture_dir, "heads.safetensors"))
+    base = SentenceTransformer(fixture_dir, device="cpu")
+    modules = list(base)
+    for (prefix, d_in, d_out, bias, act, _seed) in spec["user_heads"]:
+        dense = Dense(d_in, d_out, bias=bias, activation_function=getattr(nn, act)())
+        with torch.no_grad():
+            dense.linear.weight.copy_(saved[f"{prefix}.weight"])
+            if bias:
+                dense.linear.bias.copy_(saved[f"{prefix}.bias"])
+        modules.append(dense)
+    modules.append(Normalize())
+    return SentenceTransformer(modules=modules, device="cpu")
 
 
 def floats(v) -> list[float]:
@@ -367,6 +429,7 @@ def describe(model) -> dict:
                 "out_features": int(m.out_features),
                 "bias": bool(m.bias),
                 "activation_function": m.get_config_dict()["activation_function"],
+                "use_residual": bool(getattr(m, "use_residual", False)),
             })
         elif isinstance(m, Normalize):
             desc["normalize"] = True
@@ -424,11 +487,14 @@ def reference_embedding(te, modes, prompt_length, dense, normalize):
         "SiLU": lambda v: v / (1.0 + np.exp(-v)),
         "Softplus": lambda v: np.where(v > 20.0, v, np.log1p(np.exp(np.minimum(v, 20.0)))),  # beta 1, threshold 20
     }
-    for (w, b, act) in dense:
-        x = w.astype(np.float64) @ x
+    for (w, b, act, residual) in dense:
+        y = w.astype(np.float64) @ x
         if b is not None:
-            x = x + b.astype(np.float64)
-        x = acts[act](x)
+            y = y + b.astype(np.float64)
+        y = acts[act](y)
+        if residual is not None:              # use_residual: identity or projection of the input
+            y = y + (x if isinstance(residual, str) else residual.astype(np.float64) @ x)
+        x = y
     if normalize:
         x = x / max(np.linalg.norm(x), 1e-12)
     return x
@@ -439,20 +505,26 @@ def run_fixture(name: str, spec: dict, fixture_dir: str, stats: dict) -> dict:
     import torch
     from sentence_transformers import SentenceTransformer
 
-    model = SentenceTransformer(fixture_dir, device="cpu")
+    model = with_user_heads(fixture_dir, spec) if spec.get("user_heads") else \
+        SentenceTransformer(fixture_dir, device="cpu")
     model.eval()
     model.float()
     desc = describe(model)
     stats["attn_implementation"] = model[0].auto_model.config._attn_implementation
-    if desc["max_seq_length"] != MAX_SEQ_LENGTH:
+    if desc["max_seq_length"] != (128 if spec.get("plain") else MAX_SEQ_LENGTH):
         raise SystemExit(f"{name}: max_seq_length {desc['max_seq_length']}")
     texts = [t for _, t in CASES]
     dim = desc["dim"]
 
     from sentence_transformers.sentence_transformer.modules import Dense
+    def residual_of(m):
+        if not getattr(m, "use_residual", False):
+            return None
+        return m.residual.weight.detach().numpy() if hasattr(m, "residual") else "identity"
+
     ref_dense = [(m.linear.weight.detach().numpy(),
                   m.linear.bias.detach().numpy() if m.bias else None,
-                  type(m.activation_function).__name__) for m in model if isinstance(m, Dense)]
+                  type(m.activation_function).__name__, residual_of(m)) for m in model if isinstance(m, Dense)]
 
     def check_reference(text, got, prompt=None):
         feats = model.preprocess([text], prompt=prompt)
@@ -485,9 +557,9 @@ def run_fixture(name: str, spec: dict, fixture_dir: str, stats: dict) -> dict:
         emb = enc([text], batch_size=1)[0]
         if emb.shape != (dim,):
             raise SystemExit(f"{name}/{cname}: bad shape {emb.shape}")
-        if cname in MUST_TRUNCATE and not (untrunc > MAX_SEQ_LENGTH and len(input_ids) == MAX_SEQ_LENGTH):
+        if not spec.get("plain") and cname in MUST_TRUNCATE and not (untrunc > MAX_SEQ_LENGTH and len(input_ids) == MAX_SEQ_LENGTH):
             raise SystemExit(f"{cname}: expected truncation, got {untrunc} -> {len(input_ids)}")
-        if cname in MUST_FIT_EXACTLY and not (untrunc == MAX_SEQ_LENGTH == len(input_ids)):
+        if not spec.get("plain") and cname in MUST_FIT_EXACTLY and not (untrunc == MAX_SEQ_LENGTH == len(input_ids)):
             raise SystemExit(f"{cname}: expected exactly {MAX_SEQ_LENGTH} tokens, got {untrunc}")
         c = {"name": cname, "text": text, "num_tokens": len(input_ids), "num_tokens_untruncated": untrunc,
              "input_ids": input_ids}
@@ -507,6 +579,21 @@ def run_fixture(name: str, spec: dict, fixture_dir: str, stats: dict) -> dict:
             c["token_embeddings"] = [floats(row) for row in te]
         c["embedding"] = floats(emb)
         check_reference(text, emb)
+        if spec.get("pooler_output"):
+            with torch.inference_mode():
+                feats = model.preprocess([text])
+                po = model[0].auto_model(input_ids=feats["input_ids"], attention_mask=feats["attention_mask"],
+                                         token_type_ids=feats.get("token_type_ids")).pooler_output[0].numpy()
+            # BertPooler: tanh(W h[CLS] + b), checked in float64.
+            sd = model[0].auto_model.state_dict()
+            w, b = sd["pooler.dense.weight"].numpy(), sd["pooler.dense.bias"].numpy()
+            with torch.inference_mode():
+                cls = model[0].auto_model(input_ids=feats["input_ids"], attention_mask=feats["attention_mask"],
+                                          token_type_ids=feats.get("token_type_ids")).last_hidden_state[0, 0].numpy()
+            want = np.tanh(w.astype(np.float64) @ cls.astype(np.float64) + b)
+            stats["pooler_reference_max_abs_diff"] = max(stats.get("pooler_reference_max_abs_diff", 0.0),
+                                                         float(np.max(np.abs(want - po))))
+            c["pooler_output"] = floats(po)
         if spec.get("truncate_dim"):
             k = spec["truncate_dim"]
             t = enc([text], batch_size=1, truncate_dim=k)[0]
@@ -684,8 +771,13 @@ def main() -> int:
     shared = ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
               "vocab.txt", "special_tokens_map.json"]
     ref = {fn: sha256(os.path.join(out, fixture_names[0], fn)) for fn in shared}
+    plain = {n for n, spec in FIXTURES if spec.get("plain")}
     for n in fixture_names[1:]:
         for fn in shared:
+            # A plain directory keeps transformers' own config.json (use_cache) and
+            # tokenizer_config.json (no model_max_length limit).
+            if n in plain and fn in ("config.json", "tokenizer_config.json"):
+                continue
             if sha256(os.path.join(out, n, fn)) != ref[fn]:
                 raise SystemExit(f"{n}/{fn} differs from {fixture_names[0]}/{fn}")
 
@@ -701,7 +793,10 @@ def main() -> int:
     first = fixtures_out[fixture_names[0]]["cases"]
     for n in fixture_names[1:]:
         for a, b in zip(first, fixtures_out[n]["cases"]):
-            if a["input_ids"] != b["input_ids"]:
+            if n in plain:  # max length 128, not 24: the same ids up to the truncation
+                if a["input_ids"][:-1] != b["input_ids"][:len(a["input_ids"]) - 1]:
+                    raise SystemExit(f"{n}/{a['name']}: input_ids differ between fixtures")
+            elif a["input_ids"] != b["input_ids"]:
                 raise SystemExit(f"{n}/{a['name']}: input_ids differ between fixtures")
 
     header = {
@@ -747,6 +842,8 @@ def main() -> int:
             "prompt_length_P": "prompts fixtures: number of leading tokens sentence-transformers treats as the prompt ([CLS] included, trailing [SEP] of the lone prompt excluded); with include_prompt=False these positions are dropped from pooling",
             "embedding_prompt_P": "prompts fixtures: model.encode([text], prompt_name=P, batch_size=1)[0]",
             "batched_embeddings": "pool_concat only: model.encode(all texts, batch_size=len(texts)), rows in case order",
+            "pooler_output": "hf_plain only: the backbone's pooler_output (BertPooler: tanh(dense(last_hidden_state[:, 0])))",
+            "user_head embedding": "user_head: sentence-transformers with heads.safetensors' tensors as Dense modules (proj: 32->20 with bias, Tanh; out: 20->12 no bias, Identity) then Normalize, appended to the saved mean-pooling model",
         },
         "stats": {k: (list(v) if isinstance(v, tuple) else v) for k, v in sorted(stats.items())},
     }

@@ -27,6 +27,9 @@ section "bootstrap + model"
 "$REPO/scripts/bootstrap.sh"
 pg_embed_resolve_paths
 "$REPO/scripts/fetch_model.sh"
+# The server (pgrx's test cluster and the regress server) reads the fixtures too.
+ensure_pg_user_access "$REPO/tests/fixtures/golden.json" "$REPO/tests/fixtures"
+export PG_EMBED_FIXTURES="$REPO/tests/fixtures"
 section_done
 
 cd "$REPO"

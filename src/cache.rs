@@ -49,7 +49,9 @@ pub fn get(name: &str) -> Result<(Rc<Pipeline>, catalog::ModelRow)> {
 
 /// Loads a pipeline from a source inside pg_embed.model_dir.
 pub fn load(source_name: &str, options: &Options) -> Result<Pipeline> {
-    Pipeline::load(&source::resolve(&guc::model_dir(), source_name)?, options)
+    let model_dir = guc::model_dir();
+    let dir = source::resolve(&model_dir, source_name)?;
+    Pipeline::load_within(std::path::Path::new(&model_dir), &dir, options)
 }
 
 pub fn insert(name: &str, revision: i64, pipeline: Pipeline) -> Rc<Pipeline> {

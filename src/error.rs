@@ -46,8 +46,8 @@ pub enum Error {
     #[error("pg_embed.model_dir is not set")]
     ModelDirNotSet,
 
-    #[error("model source \"{source_name}\" is outside pg_embed.model_dir")]
-    SourceOutsideModelDir { source_name: String },
+    #[error("{what} \"{source_name}\" is outside pg_embed.model_dir")]
+    SourceOutsideModelDir { what: &'static str, source_name: String },
 
     #[error("pg_embed.model_dir \"{model_dir}\" is not usable: {message}")]
     ModelDirInvalid { model_dir: String, message: String },
@@ -76,6 +76,9 @@ pub enum Error {
     #[error("invalid options: {0}")]
     InvalidOptions(String),
 
+    #[error("unknown prompt name \"{name}\"")]
+    UnknownPrompt { name: String, known: String },
+
     #[error("could not tokenize input: {0}")]
     Tokenize(String),
 
@@ -94,7 +97,9 @@ impl Error {
         use Error::*;
         match self {
             ModelNotRegistered(_) => SqlState::UndefinedObject,
-            InvalidModelName(_) | InvalidOptions(_) | InvalidSource { .. } => SqlState::InvalidParameterValue,
+            InvalidModelName(_) | InvalidOptions(_) | InvalidSource { .. } | UnknownPrompt { .. } => {
+                SqlState::InvalidParameterValue
+            }
             ModelDirInvalid { .. } => SqlState::UndefinedFile,
             PermissionDenied { .. } | SourceOutsideModelDir { .. } => SqlState::InsufficientPrivilege,
             ModelDirNotSet => SqlState::ObjectNotInPrerequisiteState,
@@ -120,10 +125,13 @@ impl Error {
                     .into(),
             ),
             SourceOutsideModelDir { .. } => Some(
-                "Sources are directories inside pg_embed.model_dir; \"..\", absolute paths and symlinks may not leave it."
+                "Model sources and head files must lie inside pg_embed.model_dir; \"..\", absolute paths and symlinks may not leave it."
                     .into(),
             ),
             Unsupported { supported, .. } => Some(format!("Supported: {supported}.")),
+            UnknownPrompt { known, .. } => Some(format!(
+                "The model's prompts: {known}. Add prompts with options => '{{\"prompts\": {{\"name\": \"text\"}}}}'."
+            )),
             PermissionDenied { .. } => Some("Only superusers may register or drop models.".into()),
             _ => None,
         }

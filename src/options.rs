@@ -1,6 +1,8 @@
 //! `options jsonb` of `embed.register_model`: user overrides of what the model files say.
 //! Unknown keys are rejected, never ignored.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
@@ -17,6 +19,55 @@ pub struct Options {
     /// Tokens per input, special tokens included; longer inputs are truncated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_length: Option<usize>,
+    /// Output dimensions kept (Matryoshka truncation, as sentence-transformers' truncate_dim).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dimensions: Option<usize>,
+    /// Named prompts added to (or replacing) those of config_sentence_transformers.json.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompts: Option<BTreeMap<String, String>>,
+    /// The prompt name used when `embed` is called without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
+    /// Whether prompt tokens take part in pooling (default: the Pooling module's include_prompt).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub include_prompt: Option<bool>,
+    /// Linear heads from safetensors files, applied after the model's own Dense modules.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heads: Option<Vec<HeadSpec>>,
+}
+
+/// One user-supplied linear head: `activation(x W^T + b)`, W stored as torch.nn.Linear
+/// stores it, [out_features, in_features].
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeadSpec {
+    /// A safetensors file, relative to the model directory; it must lie inside
+    /// pg_embed.model_dir.
+    pub path: String,
+    /// Name of the weight tensor.
+    #[serde(default = "default_weight")]
+    pub weight: String,
+    /// Name of the bias tensor. Absent: `<weight prefix>.bias` if the file has it;
+    /// null: no bias.
+    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    pub bias: Option<Option<String>>,
+    /// identity (default), tanh, relu, gelu, gelu_tanh, sigmoid, leaky_relu, silu, softplus,
+    /// or a torch class path as sentence-transformers stores it.
+    #[serde(default = "default_activation")]
+    pub activation: String,
+}
+
+fn default_weight() -> String {
+    "linear.weight".into()
+}
+
+fn default_activation() -> String {
+    "identity".into()
+}
+
+/// Tells a key given as null (`Some(None)`) from an absent key (`None`).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Option<Option<String>>, D::Error> {
+    Option::<String>::deserialize(d).map(Some)
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -64,6 +115,24 @@ mod tests {
         assert_eq!(o.normalize, Some(false));
         assert_eq!(o.max_length, Some(128));
         assert_eq!(Options::from_json(&json!({})).unwrap(), Options::default());
+        let o = Options::from_json(&json!({
+            "dimensions": 8, "prompt": "query", "prompts": {"query": "query: "}, "include_prompt": false,
+            "heads": [{"path": "a.safetensors"}, {"path": "b.safetensors", "weight": "w", "bias": null,
+                       "activation": "tanh"}, {"path": "c.safetensors", "bias": "c.b"}]
+        }))
+        .unwrap();
+        assert_eq!(
+            (o.dimensions, o.prompt.as_deref(), o.include_prompt),
+            (Some(8), Some("query"), Some(false))
+        );
+        assert_eq!(o.prompts.unwrap()["query"], "query: ");
+        let heads = o.heads.unwrap();
+        assert_eq!(
+            (heads[0].weight.as_str(), &heads[0].bias, heads[0].activation.as_str()),
+            ("linear.weight", &None, "identity")
+        );
+        assert_eq!((heads[1].weight.as_str(), &heads[1].bias), ("w", &Some(None)));
+        assert_eq!(heads[2].bias, Some(Some("c.b".to_string())));
         assert_eq!(
             Options::from_json(&json!({"pooling": "max"})).unwrap().pooling.unwrap().to_vec(),
             vec!["max"]
@@ -74,7 +143,18 @@ mod tests {
     fn rejects_unknown_keys_and_bad_values() {
         let err = Options::from_json(&json!({"polling": "cls"})).unwrap_err().to_string();
         assert!(err.contains("unknown field `polling`"), "{err}");
-        for bad in [json!({"normalize": "yes"}), json!({"max_length": -1}), json!([1]), json!("x")] {
+        let err = Options::from_json(&json!({"heads": [{"path": "p", "activaton": "tanh"}]})).unwrap_err();
+        assert!(err.to_string().contains("unknown field `activaton`"), "{err}");
+        for bad in [
+            json!({"normalize": "yes"}),
+            json!({"max_length": -1}),
+            json!({"dimensions": 2.5}),
+            json!({"prompts": ["query: "]}),
+            json!({"heads": {"path": "p"}}),
+            json!({"heads": [{"weight": "w"}]}),
+            json!([1]),
+            json!("x"),
+        ] {
             assert!(matches!(Options::from_json(&bad), Err(Error::InvalidOptions(_))), "{bad}");
         }
     }

@@ -2,6 +2,7 @@
 //! tokenizer -> backbone -> pooling -> (projection heads) -> normalize.
 //! Plain Rust: no pgrx here.
 
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device, Tensor};
@@ -27,11 +28,26 @@ pub struct PipelineInfo {
     /// Where the pooling came from: a file, "options", or the default.
     pub pooling_from: String,
     pub heads: Vec<serde_json::Value>,
+    /// Whether the output is L2-normalised (the Normalize module, or options).
     pub normalize: bool,
+    /// Matryoshka truncation (`options.dimensions`), if any.
+    pub dimensions: Option<usize>,
+    /// Whether the truncated output is L2-normalised again (`normalize: true` with `dimensions`).
+    pub normalize_after_truncation: bool,
     pub dim: usize,
     pub max_length: usize,
     pub lowercase: bool,
+    pub prompts: BTreeMap<String, String>,
+    pub default_prompt: Option<String>,
+    pub include_prompt: bool,
     pub directory: PathBuf,
+}
+
+/// A named prompt and how many of its tokens pooling leaves out when
+/// `include_prompt` is false.
+struct Prompt {
+    text: String,
+    length: usize,
 }
 
 pub struct Pipeline {
@@ -40,7 +56,12 @@ pub struct Pipeline {
     heads: Vec<Dense>,
     pooling: Vec<PoolingMode>,
     normalize: bool,
+    dimensions: Option<usize>,
+    normalize_after_truncation: bool,
     lowercase: bool,
+    prompts: BTreeMap<String, Prompt>,
+    default_prompt: Option<String>,
+    include_prompt: bool,
     pad_id: u32,
     device: Device,
     info: PipelineInfo,
@@ -48,7 +69,14 @@ pub struct Pipeline {
 
 impl Pipeline {
     /// Loads a model directory (sentence-transformers or plain Hugging Face layout).
+    /// Head files named in the options must lie inside `dir`.
     pub fn load(dir: &Path, options: &Options) -> Result<Self> {
+        Self::load_within(dir, dir, options)
+    }
+
+    /// As [`Pipeline::load`], with head files allowed anywhere inside `root`
+    /// (pg_embed.model_dir); relative head paths are relative to `dir`.
+    pub fn load_within(root: &Path, dir: &Path, options: &Options) -> Result<Self> {
         let layout = Layout::read(dir)?;
         let bdir = layout.backbone_dir.as_path();
 
@@ -111,10 +139,17 @@ impl Pipeline {
         let device = Device::Cpu;
         let (vb, parameters) = load_weights(bdir, &device)?;
         let backbone = Backbone::load(vb, &config).map_err(|e| e.in_dir(bdir))?;
+        if pooling.contains(&PoolingMode::Pooler) && !backbone.has_pooler() {
+            return Err(Error::InvalidOptions(format!(
+                "pooling mode \"pooler\" needs the backbone's pooler, and {} has no pooler weights",
+                bdir.join("model.safetensors").display()
+            )));
+        }
+
         let mut heads = Vec::with_capacity(layout.dense.len());
         let mut dim = config.hidden_size() * pooling.len();
         for folder in &layout.dense {
-            let head = Dense::load(folder, &device)?;
+            let head = Dense::load(folder)?;
             if head.in_features != dim {
                 return Err(Error::invalid_file(
                     folder.join("config.json"),
@@ -127,6 +162,44 @@ impl Pipeline {
             dim = head.out_features;
             heads.push(head);
         }
+        for (index, spec) in options.heads.iter().flatten().enumerate() {
+            let file = crate::source::resolve_file(root, dir, &spec.path, "head file")?;
+            let head = Dense::from_spec(spec, &file, index, dim)?;
+            dim = head.out_features;
+            heads.push(head);
+        }
+        let dimensions = match options.dimensions {
+            Some(0) => return Err(Error::InvalidOptions("dimensions must be at least 1".into())),
+            Some(n) if n > dim => {
+                return Err(Error::InvalidOptions(format!(
+                    "dimensions {n} exceeds the model's output dimension {dim}"
+                )))
+            }
+            other => other,
+        };
+        let normalize_after_truncation = dimensions.is_some() && options.normalize == Some(true);
+
+        // Prompts: the model's own, then the options' (which win); "" means no prompt.
+        let mut prompt_texts = layout.prompts.prompts.clone();
+        prompt_texts.extend(options.prompts.clone().unwrap_or_default());
+        let include_prompt =
+            options.include_prompt.or(layout.pooling.as_ref().map(|p| p.include_prompt)).unwrap_or(true);
+        let lowercase = layout.transformer.do_lower_case;
+        let mut prompts = BTreeMap::new();
+        for (name, text) in &prompt_texts {
+            let length = prompt_length(&tokenizer, lowercase, text)?;
+            prompts.insert(name.clone(), Prompt { text: text.clone(), length });
+        }
+        let default_prompt = match (&options.prompt, &layout.prompts.default_prompt_name) {
+            (Some(name), _) => Some(name.clone()),
+            (None, Some(name)) => Some(name.clone()),
+            (None, None) => None,
+        };
+        if let Some(name) = &default_prompt {
+            if !name.is_empty() && !prompts.contains_key(name) {
+                return Err(Error::UnknownPrompt { name: name.clone(), known: known_prompts(&prompt_texts) });
+            }
+        }
 
         let info = PipelineInfo {
             task: "embed",
@@ -137,9 +210,14 @@ impl Pipeline {
             pooling_from,
             heads: heads.iter().map(Dense::describe).collect(),
             normalize,
-            dim,
+            dimensions,
+            normalize_after_truncation,
+            dim: dimensions.unwrap_or(dim),
             max_length,
-            lowercase: layout.transformer.do_lower_case,
+            lowercase,
+            prompts: prompt_texts,
+            default_prompt: default_prompt.clone(),
+            include_prompt,
             directory: dir.to_path_buf(),
         };
         Ok(Pipeline {
@@ -148,7 +226,12 @@ impl Pipeline {
             heads,
             pooling,
             normalize,
-            lowercase: layout.transformer.do_lower_case,
+            dimensions,
+            normalize_after_truncation,
+            lowercase,
+            prompts,
+            default_prompt,
+            include_prompt,
             pad_id,
             device,
             info,
@@ -165,37 +248,88 @@ impl Pipeline {
 
     /// Token ids for one input, exactly as sentence-transformers tokenizes it.
     pub fn tokenize(&self, text: &str) -> Result<Vec<u32>> {
-        let text = py_strip(text);
-        let text = if self.lowercase { text.to_lowercase() } else { text.to_string() };
-        let enc = self.tokenizer.encode_fast(text, true).map_err(|e| Error::Tokenize(e.to_string()))?;
-        Ok(enc.get_ids().to_vec())
+        encode(&self.tokenizer, self.lowercase, text)
     }
 
-    /// Embeds a batch of inputs: one vector per input, in input order.
+    /// The prompt text for `name`: `None` is the default prompt, `Some("")` no prompt.
+    fn prompt(&self, name: Option<&str>) -> Result<Option<&Prompt>> {
+        let Some(name) = name.or(self.default_prompt.as_deref()).filter(|n| !n.is_empty()) else {
+            return Ok(None);
+        };
+        match self.prompts.get(name) {
+            Some(p) if p.text.is_empty() => Ok(None),
+            Some(p) => Ok(Some(p)),
+            None => Err(Error::UnknownPrompt { name: name.into(), known: known_prompts(&self.info.prompts) }),
+        }
+    }
+
+    /// Token ids of one input with a prompt (as [`Pipeline::embed_with_prompt`] takes it),
+    /// and how many leading tokens pooling leaves out.
+    pub fn tokenize_with_prompt(&self, text: &str, prompt_name: Option<&str>) -> Result<(Vec<u32>, usize)> {
+        self.encode_prompted(text, self.prompt(prompt_name)?)
+    }
+
+    /// sentence-transformers prepends the prompt to the text before tokenizing; with
+    /// include_prompt false, pooling leaves out the prompt's tokens ([CLS] included).
+    fn encode_prompted(&self, text: &str, prompt: Option<&Prompt>) -> Result<(Vec<u32>, usize)> {
+        match prompt {
+            None => Ok((self.tokenize(text)?, 0)),
+            Some(p) => {
+                let ids = self.tokenize(&format!("{}{text}", p.text))?;
+                Ok((ids, if self.include_prompt { 0 } else { p.length }))
+            }
+        }
+    }
+
+    /// Embeds a batch of inputs with the default prompt: one vector per input, in input order.
     pub fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
+        self.embed_with_prompt(texts, None)
+    }
+
+    /// Embeds a batch of inputs with a named prompt prepended to each, as
+    /// sentence-transformers' `encode(..., prompt_name=...)` does: `None` is the default
+    /// prompt (if any), `Some("")` no prompt.
+    pub fn embed_with_prompt(&self, texts: &[&str], prompt_name: Option<&str>) -> Result<Vec<Vec<f32>>> {
         if texts.is_empty() {
             return Ok(Vec::new());
         }
-        let ids = texts.iter().map(|t| self.tokenize(t)).collect::<Result<Vec<_>>>()?;
-        let seq = ids.iter().map(Vec::len).max().unwrap_or(0);
-        let batch = ids.len();
+        let prompt = self.prompt(prompt_name)?;
+        let encoded = texts.iter().map(|t| self.encode_prompted(t, prompt)).collect::<Result<Vec<_>>>()?;
+        let seq = encoded.iter().map(|(ids, _)| ids.len()).max().unwrap_or(0);
+        let batch = encoded.len();
         let mut flat_ids = vec![self.pad_id; batch * seq];
         let mut mask = vec![0u32; batch * seq];
-        for (row, seq_ids) in ids.iter().enumerate() {
-            flat_ids[row * seq..row * seq + seq_ids.len()].copy_from_slice(seq_ids);
-            mask[row * seq..row * seq + seq_ids.len()].fill(1);
+        let mut pool_mask = vec![0u32; batch * seq];
+        for (row, (seq_ids, skip)) in encoded.iter().enumerate() {
+            let start = row * seq;
+            flat_ids[start..start + seq_ids.len()].copy_from_slice(seq_ids);
+            mask[start..start + seq_ids.len()].fill(1);
+            pool_mask[start + (*skip).min(seq_ids.len())..start + seq_ids.len()].fill(1);
         }
         let run = || -> candle_core::Result<Vec<Vec<f32>>> {
             let ids = Tensor::from_vec(flat_ids, (batch, seq), &self.device)?;
             let mask = Tensor::from_vec(mask, (batch, seq), &self.device)?;
+            let pool_mask = Tensor::from_vec(pool_mask, (batch, seq), &self.device)?;
             let type_ids = ids.zeros_like()?;
             let hidden = self.backbone.forward(&ids, &type_ids, &mask)?;
-            let mut out = pooling::pool(&hidden, &mask, &self.pooling)?;
+            let pooler = if self.pooling.contains(&PoolingMode::Pooler) {
+                self.backbone.pooler(&hidden)?
+            } else {
+                None
+            };
+            let mut out = pooling::pool(&hidden, &pool_mask, &self.pooling, pooler.as_ref())?;
             for head in &self.heads {
                 out = head.forward(&out)?;
             }
             if self.normalize {
                 out = pooling::l2_normalize(&out)?;
+            }
+            // sentence-transformers' truncate_dim: a plain slice after the last module.
+            if let Some(k) = self.dimensions {
+                out = out.narrow(1, 0, k)?;
+                if self.normalize_after_truncation {
+                    out = pooling::l2_normalize(&out)?;
+                }
             }
             out.to_vec2()
         };
@@ -203,22 +337,51 @@ impl Pipeline {
     }
 }
 
+fn known_prompts(prompts: &BTreeMap<String, String>) -> String {
+    let names: Vec<&str> = prompts.keys().map(String::as_str).collect();
+    if names.is_empty() {
+        "none".into()
+    } else {
+        names.join(", ")
+    }
+}
+
+/// Tokens of `text` as sentence-transformers tokenizes an input.
+fn encode(tokenizer: &Tokenizer, lowercase: bool, text: &str) -> Result<Vec<u32>> {
+    let text = py_strip(text);
+    let text = if lowercase { text.to_lowercase() } else { text.to_string() };
+    let enc = tokenizer.encode_fast(text, true).map_err(|e| Error::Tokenize(e.to_string()))?;
+    Ok(enc.get_ids().to_vec())
+}
+
+/// sentence-transformers' prompt length: the tokens of the prompt alone, special tokens
+/// included, less a trailing special token (the [SEP] / </s> that the text follows).
+fn prompt_length(tokenizer: &Tokenizer, lowercase: bool, prompt: &str) -> Result<usize> {
+    let ids = encode(tokenizer, lowercase, prompt)?;
+    let specials = tokenizer.get_added_tokens_decoder();
+    let trailing_special = ids.last().is_some_and(|id| specials.get(id).is_some_and(|t| t.special));
+    Ok(ids.len() - usize::from(trailing_special))
+}
+
 fn parse_pooling(names: &[String]) -> Result<Vec<PoolingMode>> {
     if names.is_empty() {
         return Err(Error::InvalidOptions("pooling must name at least one mode".into()));
     }
-    let modes = names
-        .iter()
-        .map(|n| {
-            PoolingMode::parse(n).ok_or_else(|| {
-                Error::InvalidOptions(format!(
-                    "unknown pooling mode \"{n}\"; expected one of {}",
-                    PoolingMode::NAMES
-                ))
-            })
-        })
-        .collect::<Result<Vec<_>>>()?;
-    Ok(pooling::canonical(modes))
+    let mut modes = Vec::with_capacity(names.len());
+    for n in names {
+        let mode = PoolingMode::parse(n).ok_or_else(|| {
+            Error::InvalidOptions(format!(
+                "unknown pooling mode \"{n}\"; expected one of {}",
+                PoolingMode::NAMES
+            ))
+        })?;
+        if modes.contains(&mode) {
+            return Err(Error::InvalidOptions(format!("pooling mode \"{n}\" is listed twice")));
+        }
+        modes.push(mode);
+    }
+    // Concatenated in the order listed, as sentence-transformers 6.x's Pooling(pooling_mode=[...]).
+    Ok(modes)
 }
 
 /// `model_max_length` of tokenizer_config.json; transformers stores a huge float
@@ -237,13 +400,24 @@ fn load_tokenizer(path: &Path) -> Result<Tokenizer> {
     Tokenizer::from_bytes(&bytes).map_err(|e| Error::invalid_file(path, e))
 }
 
-/// Reads model.safetensors into memory (no mmap: a file changed under a mapping would
-/// crash the backend) and counts the parameters.
+/// Reads a safetensors file into memory as f32 tensors (no mmap: a file changed under a
+/// mapping would crash the backend).
+pub(crate) fn read_safetensors(path: &Path) -> Result<HashMap<String, Tensor>> {
+    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    let tensors = candle_core::safetensors::load_buffer(&bytes, &Device::Cpu)
+        .map_err(|e| Error::invalid_file(path, e))?;
+    tensors
+        .into_iter()
+        .map(|(name, t)| {
+            let t = t.to_dtype(DType::F32).map_err(|e| Error::invalid_file(path, format!("{name}: {e}")))?;
+            Ok((name, t))
+        })
+        .collect()
+}
+
+/// The backbone's model.safetensors and its parameter count.
 pub(crate) fn load_weights(dir: &Path, device: &Device) -> Result<(VarBuilder<'static>, usize)> {
-    let path = dir.join("model.safetensors");
-    let bytes = std::fs::read(&path).map_err(|e| Error::io(&path, e))?;
-    let tensors =
-        candle_core::safetensors::load_buffer(&bytes, device).map_err(|e| Error::invalid_file(&path, e))?;
+    let tensors = read_safetensors(&dir.join("model.safetensors"))?;
     let parameters = tensors.values().map(Tensor::elem_count).sum();
     Ok((VarBuilder::from_tensors(tensors, DType::F32, device), parameters))
 }

@@ -21,10 +21,13 @@ pub enum PoolingMode {
     Weightedmean,
     /// The last counted token.
     Lasttoken,
+    /// The backbone's own pooler output (BERT: dense + tanh over [CLS]); not a
+    /// sentence-transformers mode.
+    Pooler,
 }
 
 impl PoolingMode {
-    pub const NAMES: &'static str = "cls, max, mean, mean_sqrt_len_tokens, weightedmean, lasttoken";
+    pub const NAMES: &'static str = "cls, max, mean, mean_sqrt_len_tokens, weightedmean, lasttoken, pooler";
 
     pub fn parse(name: &str) -> Option<Self> {
         match name {
@@ -34,22 +37,22 @@ impl PoolingMode {
             "mean_sqrt_len_tokens" => Some(Self::MeanSqrtLenTokens),
             "weightedmean" => Some(Self::Weightedmean),
             "lasttoken" => Some(Self::Lasttoken),
+            "pooler" => Some(Self::Pooler),
             _ => None,
         }
     }
 }
 
-/// Sorts modes into sentence-transformers' legacy order and drops repeats.
-pub fn canonical(mut modes: Vec<PoolingMode>) -> Vec<PoolingMode> {
-    modes.sort();
-    modes.dedup();
-    modes
-}
-
 /// Pools `hidden` [b, s, h] under `mask` [b, s] (u32, 1 = a token that counts) into
 /// [b, h * modes.len()], concatenating modes in the order given. Inputs are right-padded;
 /// a caller that excludes a prompt from pooling zeroes its positions in `mask`.
-pub fn pool(hidden: &Tensor, mask: &Tensor, modes: &[PoolingMode]) -> Result<Tensor> {
+/// `pooler` [b, h] is the backbone's pooler output, needed only by `PoolingMode::Pooler`.
+pub fn pool(
+    hidden: &Tensor,
+    mask: &Tensor,
+    modes: &[PoolingMode],
+    pooler: Option<&Tensor>,
+) -> Result<Tensor> {
     let (_, seq, _) = hidden.dims3()?;
     // [b, s, 1]
     let maskf = mask.to_dtype(DType::F32)?.unsqueeze(D::Minus1)?;
@@ -93,6 +96,9 @@ pub fn pool(hidden: &Tensor, mask: &Tensor, modes: &[PoolingMode]) -> Result<Ten
                 let sum = hidden.broadcast_mul(&weights)?.sum(1)?;
                 sum.broadcast_div(&weights.sum(1)?.clamp(1e-9f32, f32::MAX)?)?
             }
+            PoolingMode::Pooler => {
+                pooler.ok_or_else(|| candle_core::Error::Msg("the backbone has no pooler".into()))?.clone()
+            }
             PoolingMode::Max => {
                 let keep = maskf.broadcast_as(hidden.shape())?.ne(0f32)?;
                 let floor = Tensor::full(f32::NEG_INFINITY, hidden.shape(), hidden.device())?;
@@ -128,7 +134,7 @@ mod tests {
 
     fn run(modes: &[PoolingMode]) -> Vec<Vec<f32>> {
         let (h, m) = batch();
-        pool(&h, &m, modes).unwrap().to_vec2().unwrap()
+        pool(&h, &m, modes, None).unwrap().to_vec2().unwrap()
     }
 
     #[test]
@@ -157,15 +163,24 @@ mod tests {
         // Row 1: the first position is a prompt (excluded); row 2: nothing counts.
         let m = Tensor::new(&[[0u32, 1, 1], [0, 0, 0]], &Device::Cpu).unwrap();
         let got: Vec<Vec<f32>> =
-            pool(&h, &m, &[PoolingMode::Cls, PoolingMode::Lasttoken]).unwrap().to_vec2().unwrap();
+            pool(&h, &m, &[PoolingMode::Cls, PoolingMode::Lasttoken], None).unwrap().to_vec2().unwrap();
         assert_eq!(got, vec![vec![3., -4., 5., 0.], vec![-1., 1., 0., 0.]]);
     }
 
     #[test]
-    fn concatenation_in_sentence_transformers_order() {
-        let modes = canonical(vec![PoolingMode::Mean, PoolingMode::Cls, PoolingMode::Mean]);
-        assert_eq!(modes, vec![PoolingMode::Cls, PoolingMode::Mean]);
-        assert_eq!(run(&modes), vec![vec![1., 2., 3., -2. / 3.], vec![-1., 1., 0.5, 2.]]);
+    fn concatenation_in_the_order_given() {
+        let modes = [PoolingMode::Mean, PoolingMode::Cls];
+        assert_eq!(run(&modes), vec![vec![3., -2. / 3., 1., 2.], vec![0.5, 2., -1., 1.]]);
+    }
+
+    #[test]
+    fn pooler_output_is_passed_through() {
+        let (h, m) = batch();
+        let pooled = Tensor::new(&[[7f32, 8.], [9., 10.]], &Device::Cpu).unwrap();
+        let got: Vec<Vec<f32>> =
+            pool(&h, &m, &[PoolingMode::Cls, PoolingMode::Pooler], Some(&pooled)).unwrap().to_vec2().unwrap();
+        assert_eq!(got, vec![vec![1., 2., 7., 8.], vec![-1., 1., 9., 10.]]);
+        assert!(pool(&h, &m, &[PoolingMode::Pooler], None).is_err());
     }
 
     #[test]

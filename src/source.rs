@@ -50,7 +50,32 @@ pub fn resolve(model_dir: &str, source: &str) -> Result<PathBuf> {
 }
 
 fn outside(source: &str) -> Error {
-    Error::SourceOutsideModelDir { source_name: source.into() }
+    Error::SourceOutsideModelDir { what: "model source", source_name: source.into() }
+}
+
+/// Resolves a file named in the options (`what`, e.g. a head file), relative to the
+/// model directory `base`; the file finally read must lie inside `root`.
+pub fn resolve_file(root: &Path, base: &Path, name: &str, what: &'static str) -> Result<PathBuf> {
+    let refuse = || Error::SourceOutsideModelDir { what, source_name: name.into() };
+    let root = root.canonicalize().map_err(|e| Error::io(root, e))?;
+    let candidate = base.join(name);
+    let resolved = match candidate.canonicalize() {
+        Ok(p) => p,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if !lexically_inside(&root, &candidate) {
+                return Err(refuse());
+            }
+            return Err(Error::MissingFile { path: candidate });
+        }
+        Err(e) => return Err(Error::io(candidate, e)),
+    };
+    if !resolved.starts_with(&root) {
+        return Err(refuse());
+    }
+    if !resolved.is_file() {
+        return Err(Error::InvalidOptions(format!("{what} \"{name}\" is not a file")));
+    }
+    Ok(resolved)
 }
 
 /// Whether `path` stays under `root` when read without touching the file system.
@@ -109,6 +134,19 @@ mod tests {
             assert!(matches!(err, Error::SourceOutsideModelDir { .. }), "{bad}: {err}");
         }
         assert!(matches!(resolve(dir, "nope").unwrap_err(), Error::SourceNotFound { .. }));
+
+        let root = models.canonicalize().unwrap();
+        let file = |name: &str| resolve_file(&root, &m1, name, "head file");
+        fs::write(m1.join("head.safetensors"), "x").unwrap();
+        fs::write(base.join("secret/head.safetensors"), "x").unwrap();
+        assert_eq!(file("head.safetensors").unwrap(), m1.join("head.safetensors"));
+        assert_eq!(file("../file.txt").unwrap(), root.join("file.txt"), "shared files inside model_dir");
+        for bad in ["../../secret/head.safetensors", "../escape/head.safetensors", "/etc/passwd", "../../x"] {
+            let err = file(bad).unwrap_err();
+            assert!(matches!(err, Error::SourceOutsideModelDir { what: "head file", .. }), "{bad}: {err}");
+        }
+        assert!(matches!(file("absent.safetensors").unwrap_err(), Error::MissingFile { .. }));
+        assert!(matches!(file(".").unwrap_err(), Error::InvalidOptions(_)));
         assert!(matches!(resolve(dir, "file.txt").unwrap_err(), Error::InvalidSource { .. }));
         assert!(matches!(resolve(dir, " ").unwrap_err(), Error::InvalidSource { .. }));
         assert!(matches!(resolve(dir, "hf:org/x").unwrap_err(), Error::UnsupportedSource { .. }));

@@ -51,9 +51,20 @@ fn required<'a>(value: Option<&'a str>, what: &'static str) -> Result<&'a str> {
 /// `embed(model, input)`: the input's embedding as `real[]` (castable to pgvector's `vector`).
 #[pg_extern(immutable, strict, parallel_safe)]
 fn embed(model: &str, input: &str) -> Vec<f32> {
+    embed_one(model, input, None)
+}
+
+/// `embed(model, input, prompt_name)`: with the named prompt of the model prepended, as
+/// sentence-transformers' `encode(input, prompt_name=...)`; `''` means no prompt.
+#[pg_extern(immutable, strict, parallel_safe, name = "embed")]
+fn embed_with_prompt(model: &str, input: &str, prompt_name: &str) -> Vec<f32> {
+    embed_one(model, input, Some(prompt_name))
+}
+
+fn embed_one(model: &str, input: &str, prompt_name: Option<&str>) -> Vec<f32> {
     let (pipeline, _) = cache::get(model).or_raise();
     pgrx::check_for_interrupts!();
-    let mut vectors = pipeline.embed(&[input]).or_raise();
+    let mut vectors = pipeline.embed_with_prompt(&[input], prompt_name).or_raise();
     vectors.pop().unwrap_or_else(|| raise(Error::Inference("no output for the input".into())))
 }
 

@@ -10,6 +10,31 @@ mod tests {
         Spi::run(&format!("SELECT embed.register_model('{name}', '{MODEL_SOURCE}')")).unwrap();
     }
 
+    /// Serves the tiny fixtures of tests/fixtures for the rest of the test's transaction.
+    fn use_fixtures() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+        Spi::run(&format!("SET LOCAL pg_embed.model_dir = '{dir}'")).unwrap();
+    }
+
+    fn register_with(name: &str, source: &str, options: &str) -> serde_json::Value {
+        Spi::get_one_with_args::<pgrx::JsonB>(
+            "SELECT embed.register_model($1, $2, $3::jsonb)",
+            &[name.into(), source.into(), options.into()],
+        )
+        .unwrap()
+        .unwrap()
+        .0
+    }
+
+    fn embed_prompt_sql(model: &str, text: &str, prompt: &str) -> Vec<f32> {
+        Spi::get_one_with_args::<Vec<f32>>(
+            "SELECT embed($1, $2, $3)",
+            &[model.into(), text.into(), prompt.into()],
+        )
+        .unwrap()
+        .unwrap()
+    }
+
     fn embed_sql(model: &str, text: &str) -> Vec<f32> {
         Spi::get_one_with_args::<Vec<f32>>("SELECT embed($1, $2)", &[model.into(), text.into()])
             .unwrap()
@@ -66,7 +91,7 @@ mod tests {
         )
         .unwrap();
         let info = Spi::get_one::<pgrx::JsonB>("SELECT embed.model_info('m_cls')").unwrap().unwrap().0;
-        assert_eq!(info["pooling"], serde_json::json!(["cls", "mean"]), "sentence-transformers order");
+        assert_eq!(info["pooling"], serde_json::json!(["mean", "cls"]), "concatenated in the order listed");
         assert_eq!(info["pooling_from"], "options");
         assert_eq!(info["dim"], 768);
         assert_eq!(info["max_length"], 16);
@@ -160,14 +185,14 @@ mod tests {
     }
 
     #[pg_test(
-        error = "invalid options: unknown field `polling`, expected one of `pooling`, `normalize`, `max_length`"
+        error = "invalid options: unknown field `polling`, expected one of `pooling`, `normalize`, `max_length`, `dimensions`, `prompts`, `prompt`, `include_prompt`, `heads`"
     )]
     fn register_unknown_option() {
         Spi::run("SELECT embed.register_model('x', 'all-MiniLM-L6-v2', '{\"polling\": \"cls\"}')").unwrap();
     }
 
     #[pg_test(
-        error = "invalid options: unknown pooling mode \"avg\"; expected one of cls, max, mean, mean_sqrt_len_tokens, weightedmean, lasttoken"
+        error = "invalid options: unknown pooling mode \"avg\"; expected one of cls, max, mean, mean_sqrt_len_tokens, weightedmean, lasttoken, pooler"
     )]
     fn register_unknown_pooling() {
         Spi::run("SELECT embed.register_model('x', 'all-MiniLM-L6-v2', '{\"pooling\": \"avg\"}')").unwrap();
@@ -240,5 +265,80 @@ mod tests {
         let n = Spi::get_one::<i64>("SELECT count(*) FROM docs WHERE array_length(emb, 1) = 384").unwrap();
         assert_eq!(n, Some(2));
         assert_eq!(Spi::get_one::<i64>("SELECT count(*) FROM docs WHERE emb IS NULL").unwrap(), Some(1));
+    }
+
+    #[pg_test]
+    fn embed_with_a_named_prompt() {
+        use_fixtures();
+        let info = register_with("p", "prompts_exclude", "{}");
+        assert_eq!(info["prompts"]["query"], "query: ");
+        assert_eq!(info["include_prompt"], false);
+        let text = "how are you today?";
+        let plain = embed_sql("p", text);
+        let query = embed_prompt_sql("p", text, "query");
+        assert_eq!(query.len(), 32);
+        assert_ne!(query, plain);
+        assert_eq!(embed_prompt_sql("p", text, ""), plain, "'' is no prompt");
+        assert_eq!(embed_prompt_sql("p", text, "document"), plain, "the empty document prompt");
+        let null = Spi::get_one::<Vec<f32>>("SELECT embed('p', 'x', NULL)").unwrap();
+        assert_eq!(null, None, "STRICT");
+        // A default prompt from options applies when none is named.
+        register_with("p_default", "prompts_exclude", r#"{"prompt": "query"}"#);
+        assert_eq!(embed_sql("p_default", text), query);
+        assert_eq!(embed_prompt_sql("p_default", text, ""), plain);
+    }
+
+    #[pg_test(error = "unknown prompt name \"qeury\"")]
+    fn embed_with_an_unknown_prompt() {
+        use_fixtures();
+        register_with("p", "prompts", "{}");
+        embed_prompt_sql("p", "x", "qeury");
+    }
+
+    #[pg_test]
+    fn projection_heads_and_dimensions_from_options() {
+        use_fixtures();
+        let info = register_with(
+            "h",
+            "user_head",
+            r#"{"heads": [{"path": "heads.safetensors", "weight": "proj.weight", "activation": "tanh"},
+                          {"path": "heads.safetensors", "weight": "out.weight", "bias": null}],
+                "normalize": true, "dimensions": 6}"#,
+        );
+        assert_eq!(info["dim"], 6);
+        assert_eq!(info["dimensions"], 6);
+        assert_eq!(info["heads"][0]["in_features"], 32);
+        assert_eq!(info["heads"][0]["out_features"], 20);
+        assert_eq!(info["heads"][1]["bias"], false);
+        let v = embed_sql("h", "hello world");
+        assert_eq!(v.len(), 6);
+        let norm: f32 = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-5, "normalize after truncation: norm {norm}");
+        let dim = Spi::get_one::<i32>("SELECT dim FROM embed.models WHERE name = 'h'").unwrap();
+        assert_eq!(dim, Some(6));
+    }
+
+    #[pg_test(error = "head file \"../../Cargo.toml\" is outside pg_embed.model_dir")]
+    fn a_head_file_outside_model_dir() {
+        use_fixtures();
+        register_with("h", "user_head", r#"{"heads": [{"path": "../../Cargo.toml"}]}"#);
+    }
+
+    #[pg_test(
+        error = "invalid options: heads[0] (\"heads.safetensors\"): weight \"out.weight\" has shape [12, 20] but the previous stage outputs 32 dimensions (expected [out, 32], as torch.nn.Linear stores it)"
+    )]
+    fn a_head_of_the_wrong_shape() {
+        use_fixtures();
+        register_with(
+            "h",
+            "user_head",
+            r#"{"heads": [{"path": "heads.safetensors", "weight": "out.weight"}]}"#,
+        );
+    }
+
+    #[pg_test(error = "invalid options: dimensions 64 exceeds the model's output dimension 32")]
+    fn dimensions_larger_than_the_output() {
+        use_fixtures();
+        register_with("d", "pool_mean", r#"{"dimensions": 64}"#);
     }
 }

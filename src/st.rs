@@ -2,6 +2,7 @@
 //! modules.json, sentence_bert_config.json and each module's folder.
 //! A directory without modules.json is a plain Hugging Face backbone.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::de::DeserializeOwned;
@@ -85,6 +86,22 @@ pub struct PoolingConfig {
     pub pooling_mode_weightedmean_tokens: bool,
     #[serde(default)]
     pub pooling_mode_lasttoken: bool,
+    /// Whether prompt tokens take part in pooling (instructor-style models say false).
+    #[serde(default = "yes")]
+    pub include_prompt: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// config_sentence_transformers.json: the model's named prompts.
+#[derive(Debug, Default, Deserialize)]
+pub struct ModelConfig {
+    #[serde(default)]
+    pub prompts: BTreeMap<String, String>,
+    #[serde(default)]
+    pub default_prompt_name: Option<String>,
 }
 
 /// A Pooling module as resolved from its config.json.
@@ -93,6 +110,7 @@ pub struct PoolingModule {
     pub modes: Vec<PoolingMode>,
     /// `word_embedding_dimension`: must equal the backbone's hidden size.
     pub dimension: Option<usize>,
+    pub include_prompt: bool,
     pub path: PathBuf,
 }
 
@@ -107,6 +125,8 @@ pub struct Layout {
     /// Dense module folders, in pipeline order.
     pub dense: Vec<PathBuf>,
     pub normalize: bool,
+    /// Named prompts and the default prompt name (config_sentence_transformers.json).
+    pub prompts: ModelConfig,
 }
 
 impl Layout {
@@ -119,6 +139,7 @@ impl Layout {
                 pooling: None,
                 dense: Vec::new(),
                 normalize: false,
+                prompts: ModelConfig::default(),
             });
         };
         let mut layout = Layout {
@@ -127,6 +148,7 @@ impl Layout {
             pooling: None,
             dense: Vec::new(),
             normalize: false,
+            prompts: read_json_opt(&dir.join("config_sentence_transformers.json"))?.unwrap_or_default(),
         };
         let mut seen_transformer = false;
         for (i, module) in modules.iter().enumerate() {
@@ -143,8 +165,12 @@ impl Layout {
                     let path = folder.join("config.json");
                     let cfg: PoolingConfig = read_json(&path)?;
                     let modes = pooling_modes(&cfg, &path)?;
-                    layout.pooling =
-                        Some(PoolingModule { modes, dimension: cfg.word_embedding_dimension, path });
+                    layout.pooling = Some(PoolingModule {
+                        modes,
+                        dimension: cfg.word_embedding_dimension,
+                        include_prompt: cfg.include_prompt,
+                        path,
+                    });
                 }
                 Some(Kind::Dense) if layout.pooling.is_some() && !layout.normalize => {
                     layout.dense.push(folder)

@@ -72,6 +72,8 @@ mod d {
 
 pub struct Model {
     inner: cb::BertModel,
+    /// `BertPooler` (dense + tanh over [CLS]), when the checkpoint carries one.
+    pooler: Option<candle_nn::Linear>,
 }
 
 fn unsupported(what: &'static str, value: &str, supported: &'static str) -> Error {
@@ -116,13 +118,29 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
         classifier_dropout: None,
         model_type: Some("bert".into()),
     };
-    let inner =
-        cb::BertModel::load(vb, &inner_cfg).map_err(|e| Error::invalid_file("model.safetensors", e))?;
-    Ok(Model { inner })
+    let bad_weights = |e| Error::invalid_file("model.safetensors", e);
+    let pooler = ["pooler.dense", "bert.pooler.dense"]
+        .into_iter()
+        .find(|p| vb.contains_tensor(&format!("{p}.weight")))
+        .map(|p| candle_nn::linear(cfg.hidden_size, cfg.hidden_size, vb.pp(p)))
+        .transpose()
+        .map_err(bad_weights)?;
+    let inner = cb::BertModel::load(vb, &inner_cfg).map_err(bad_weights)?;
+    Ok(Model { inner, pooler })
 }
 
 impl Model {
     pub fn forward(&self, ids: &Tensor, type_ids: &Tensor, mask: &Tensor) -> candle_core::Result<Tensor> {
         self.inner.forward(ids, type_ids, Some(mask))
+    }
+
+    pub fn has_pooler(&self) -> bool {
+        self.pooler.is_some()
+    }
+
+    /// transformers' `BertPooler`: tanh(dense(hidden[:, 0])) -> [batch, hidden].
+    pub fn pooler(&self, hidden: &Tensor) -> candle_core::Result<Option<Tensor>> {
+        use candle_core::{IndexOp, Module};
+        self.pooler.as_ref().map(|dense| dense.forward(&hidden.i((.., 0))?)?.tanh()).transpose()
     }
 }

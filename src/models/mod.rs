@@ -88,4 +88,18 @@ impl Backbone {
             Backbone::Bert(m) => m.forward(ids, type_ids, mask),
         }
     }
+
+    /// Whether the checkpoint carries a pooler (transformers' `pooler_output`).
+    pub fn has_pooler(&self) -> bool {
+        match self {
+            Backbone::Bert(m) => m.has_pooler(),
+        }
+    }
+
+    /// The pooler output [batch, hidden] from `forward`'s hidden states, if there is a pooler.
+    pub fn pooler(&self, hidden: &Tensor) -> candle_core::Result<Option<Tensor>> {
+        match self {
+            Backbone::Bert(m) => m.pooler(hidden),
+        }
+    }
 }
