@@ -28,6 +28,8 @@ pub enum SqlState {
     NullValueNotAllowed,
     /// 22000 data_exception
     DataException,
+    /// 42809 wrong_object_type
+    WrongObjectType,
     /// XX000 internal_error
     InternalError,
 }
@@ -76,6 +78,12 @@ pub enum Error {
     #[error("invalid options: {0}")]
     InvalidOptions(String),
 
+    #[error("model is for {task}, not {call}")]
+    WrongTask { task: &'static str, call: &'static str },
+
+    #[error("rerank needs a cross-encoder with one label; this model has {labels} labels")]
+    NotACrossEncoder { labels: usize },
+
     #[error("unknown prompt name \"{name}\"")]
     UnknownPrompt { name: String, known: String },
 
@@ -84,6 +92,9 @@ pub enum Error {
 
     #[error("{what} must not be NULL")]
     NullArgument { what: &'static str },
+
+    #[error("{what} must not contain NULL (element {index})")]
+    NullElement { what: &'static str, index: usize },
 
     #[error("catalog access failed: {0}")]
     Catalog(String),
@@ -108,7 +119,8 @@ impl Error {
             Io { .. } => SqlState::IoError,
             InvalidFile { .. } => SqlState::DataCorrupted,
             Tokenize(_) => SqlState::DataException,
-            NullArgument { .. } => SqlState::NullValueNotAllowed,
+            WrongTask { .. } | NotACrossEncoder { .. } => SqlState::WrongObjectType,
+            NullArgument { .. } | NullElement { .. } => SqlState::NullValueNotAllowed,
             Inference(_) | Catalog(_) => SqlState::InternalError,
         }
     }
@@ -133,6 +145,11 @@ impl Error {
                 "The model's prompts: {known}. Add prompts with options => '{{\"prompts\": {{\"name\": \"text\"}}}}'."
             )),
             PermissionDenied { .. } => Some("Only superusers may register or drop models.".into()),
+            WrongTask { call: "embed", .. } => Some(
+                "Use classify() or classify_labels(), or register it with options => '{\"task\": \"embed\"}' to embed with its backbone."
+                    .into(),
+            ),
+            WrongTask { .. } => Some("classify(), classify_labels() and rerank() need a *ForSequenceClassification checkpoint.".into()),
             _ => None,
         }
     }

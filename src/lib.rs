@@ -1,7 +1,7 @@
 //! pg_embed: transformer models inside PostgreSQL.
 //!
 //! Layout: `sql`, `guc`, `catalog` and `cache` are the pgrx edge; `pipeline`, `models`,
-//! `pooling`, `st`, `options`, `source` and `error` are plain Rust.
+//! `pooling`, `heads`, `classifier`, `st`, `options`, `source` and `error` are plain Rust.
 
 ::pgrx::pg_module_magic!(name, version);
 
@@ -9,6 +9,7 @@ pgrx::extension_sql_file!("../sql/catalog.sql", name = "catalog", bootstrap);
 
 mod cache;
 mod catalog;
+pub mod classifier;
 pub mod error;
 mod guc;
 pub mod heads;

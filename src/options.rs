@@ -31,6 +31,9 @@ pub struct Options {
     /// Whether prompt tokens take part in pooling (default: the Pooling module's include_prompt).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub include_prompt: Option<bool>,
+    /// "embed" or "classify" (default: classify for a *ForSequenceClassification checkpoint).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<String>,
     /// Linear heads from safetensors files, applied after the model's own Dense modules.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub heads: Option<Vec<HeadSpec>>,

@@ -10,6 +10,7 @@ use candle_nn::VarBuilder;
 use serde::Serialize;
 use tokenizers::{PostProcessor, Tokenizer, TruncationParams};
 
+use crate::classifier::{Classifier, HeadConfig, Problem};
 use crate::error::{Error, Result};
 use crate::heads::Dense;
 use crate::models::{Backbone, BackboneConfig};
@@ -20,7 +21,15 @@ use crate::st::Layout;
 /// What `embed.model_info` shows: the pipeline as resolved from files and options.
 #[derive(Debug, Clone, Serialize)]
 pub struct PipelineInfo {
+    /// "embed" or "classify".
     pub task: &'static str,
+    /// Classifiers: the head, labels in output order, and how scores come from logits.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub classifier: Option<serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub labels: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub problem_type: Option<Problem>,
     pub architecture: &'static str,
     pub backbone: serde_json::Value,
     pub parameters: usize,
@@ -53,6 +62,8 @@ struct Prompt {
 pub struct Pipeline {
     tokenizer: Tokenizer,
     backbone: Backbone,
+    /// The classification head, for task "classify".
+    classifier: Option<Classifier>,
     heads: Vec<Dense>,
     pooling: Vec<PoolingMode>,
     normalize: bool,
@@ -83,6 +94,34 @@ impl Pipeline {
         let config_path = bdir.join("config.json");
         let config_bytes = std::fs::read(&config_path).map_err(|e| Error::io(&config_path, e))?;
         let config = BackboneConfig::parse(&config_path, &config_bytes)?;
+        let head_config: HeadConfig =
+            serde_json::from_slice(&config_bytes).map_err(|e| Error::invalid_file(&config_path, e))?;
+        let classify = match options.task.as_deref() {
+            Some("embed") => false,
+            Some("classify") => true,
+            None => head_config.classification_architecture().is_some(),
+            Some(other) => {
+                return Err(Error::InvalidOptions(format!(
+                    "unknown task \"{other}\"; expected embed or classify"
+                )))
+            }
+        };
+        if classify {
+            let embedding_only = [
+                ("pooling", options.pooling.is_some()),
+                ("normalize", options.normalize.is_some()),
+                ("dimensions", options.dimensions.is_some()),
+                ("heads", options.heads.is_some()),
+                ("prompt", options.prompt.is_some()),
+                ("prompts", options.prompts.is_some()),
+                ("include_prompt", options.include_prompt.is_some()),
+            ];
+            if let Some((key, _)) = embedding_only.iter().find(|(_, set)| *set) {
+                return Err(Error::InvalidOptions(format!(
+                    "option \"{key}\" applies to embedding models; this one is a classifier (add \"task\": \"embed\" to embed with its backbone)"
+                )));
+            }
+        }
 
         if let Some(module) = &layout.pooling {
             if let Some(dim) = module.dimension.filter(|d| *d != config.hidden_size()) {
@@ -138,7 +177,28 @@ impl Pipeline {
 
         let device = Device::Cpu;
         let (vb, parameters) = load_weights(bdir, &device)?;
+        let classifier = if classify {
+            let Some(architecture) = head_config.classification_architecture() else {
+                return Err(Error::InvalidOptions(format!(
+                    "task \"classify\" needs a *ForSequenceClassification checkpoint; {} names architectures {:?}",
+                    config_path.display(),
+                    head_config.architectures
+                )));
+            };
+            Some(
+                Classifier::load(&vb, architecture, &head_config, config.hidden_size())
+                    .map_err(|e| e.in_dir(bdir))?,
+            )
+        } else {
+            None
+        };
         let backbone = Backbone::load(vb, &config).map_err(|e| e.in_dir(bdir))?;
+        if classifier.as_ref().is_some_and(Classifier::needs_pooler) && !backbone.has_pooler() {
+            return Err(Error::invalid_file(
+                bdir.join("model.safetensors"),
+                "the classifier needs the pooler, which the checkpoint lacks",
+            ));
+        }
         if pooling.contains(&PoolingMode::Pooler) && !backbone.has_pooler() {
             return Err(Error::InvalidOptions(format!(
                 "pooling mode \"pooler\" needs the backbone's pooler, and {} has no pooler weights",
@@ -202,7 +262,10 @@ impl Pipeline {
         }
 
         let info = PipelineInfo {
-            task: "embed",
+            task: if classifier.is_some() { "classify" } else { "embed" },
+            classifier: classifier.as_ref().map(Classifier::describe),
+            labels: classifier.as_ref().map(|c| c.labels.clone()),
+            problem_type: classifier.as_ref().map(|c| c.problem),
             architecture: config.architecture(),
             backbone: config.summary(),
             parameters: parameters + heads.iter().map(Dense::parameters).sum::<usize>(),
@@ -212,7 +275,7 @@ impl Pipeline {
             normalize,
             dimensions,
             normalize_after_truncation,
-            dim: dimensions.unwrap_or(dim),
+            dim: classifier.as_ref().map_or(dimensions.unwrap_or(dim), |c| c.labels.len()),
             max_length,
             lowercase,
             prompts: prompt_texts,
@@ -223,6 +286,7 @@ impl Pipeline {
         Ok(Pipeline {
             tokenizer,
             backbone,
+            classifier,
             heads,
             pooling,
             normalize,
@@ -290,27 +354,18 @@ impl Pipeline {
     /// sentence-transformers' `encode(..., prompt_name=...)` does: `None` is the default
     /// prompt (if any), `Some("")` no prompt.
     pub fn embed_with_prompt(&self, texts: &[&str], prompt_name: Option<&str>) -> Result<Vec<Vec<f32>>> {
+        if self.classifier.is_some() {
+            return Err(Error::WrongTask { task: "classify", call: "embed" });
+        }
         if texts.is_empty() {
             return Ok(Vec::new());
         }
         let prompt = self.prompt(prompt_name)?;
         let encoded = texts.iter().map(|t| self.encode_prompted(t, prompt)).collect::<Result<Vec<_>>>()?;
-        let seq = encoded.iter().map(|(ids, _)| ids.len()).max().unwrap_or(0);
-        let batch = encoded.len();
-        let mut flat_ids = vec![self.pad_id; batch * seq];
-        let mut mask = vec![0u32; batch * seq];
-        let mut pool_mask = vec![0u32; batch * seq];
-        for (row, (seq_ids, skip)) in encoded.iter().enumerate() {
-            let start = row * seq;
-            flat_ids[start..start + seq_ids.len()].copy_from_slice(seq_ids);
-            mask[start..start + seq_ids.len()].fill(1);
-            pool_mask[start + (*skip).min(seq_ids.len())..start + seq_ids.len()].fill(1);
-        }
+        let rows: Vec<(&[u32], Option<&[u32]>, usize)> =
+            encoded.iter().map(|(ids, skip)| (ids.as_slice(), None, *skip)).collect();
         let run = || -> candle_core::Result<Vec<Vec<f32>>> {
-            let ids = Tensor::from_vec(flat_ids, (batch, seq), &self.device)?;
-            let mask = Tensor::from_vec(mask, (batch, seq), &self.device)?;
-            let pool_mask = Tensor::from_vec(pool_mask, (batch, seq), &self.device)?;
-            let type_ids = ids.zeros_like()?;
+            let (ids, type_ids, mask, pool_mask) = self.batch(&rows)?;
             let hidden = self.backbone.forward(&ids, &type_ids, &mask)?;
             let pooler = if self.pooling.contains(&PoolingMode::Pooler) {
                 self.backbone.pooler(&hidden)?
@@ -334,6 +389,78 @@ impl Pipeline {
             out.to_vec2()
         };
         run().map_err(Error::inference)
+    }
+
+    /// The classifier, for `classify`, `classify_labels` and `rerank`.
+    pub fn classifier(&self) -> Result<&Classifier> {
+        self.classifier.as_ref().ok_or(Error::WrongTask { task: "embed", call: "classify" })
+    }
+
+    /// Token ids and token type ids of an input or a sentence pair, as transformers'
+    /// `tokenizer(text, pair, truncation=True)` gives them (longest-first truncation).
+    pub fn tokenize_pair(&self, text: &str, pair: Option<&str>) -> Result<(Vec<u32>, Vec<u32>)> {
+        let enc = match pair {
+            None => self.tokenizer.encode_fast(text, true),
+            Some(p) => self.tokenizer.encode_fast((text, p), true),
+        }
+        .map_err(|e| Error::Tokenize(e.to_string()))?;
+        Ok((enc.get_ids().to_vec(), enc.get_type_ids().to_vec()))
+    }
+
+    /// The pair argument of `classify(model, input, pair)`: transformers'
+    /// `tokenizer(text, text_pair)` treats an empty `text_pair` as no pair at all, while
+    /// sentence-transformers' CrossEncoder (and so `rerank`) keeps an empty document as
+    /// the second sequence.
+    pub fn pair_argument(pair: &str) -> Option<&str> {
+        (!pair.is_empty()).then_some(pair)
+    }
+
+    /// Raw logits [num_labels] per input (or sentence pair), in input order.
+    pub fn classify(&self, inputs: &[(&str, Option<&str>)]) -> Result<Vec<Vec<f32>>> {
+        let classifier = self.classifier()?;
+        if inputs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let encoded = inputs.iter().map(|(t, p)| self.tokenize_pair(t, *p)).collect::<Result<Vec<_>>>()?;
+        let rows: Vec<(&[u32], Option<&[u32]>, usize)> =
+            encoded.iter().map(|(ids, types)| (ids.as_slice(), Some(types.as_slice()), 0)).collect();
+        let run = || -> candle_core::Result<Vec<Vec<f32>>> {
+            let (ids, type_ids, mask, _) = self.batch(&rows)?;
+            let hidden = self.backbone.forward(&ids, &type_ids, &mask)?;
+            let pooler = if classifier.needs_pooler() { self.backbone.pooler(&hidden)? } else { None };
+            classifier.forward(&hidden, pooler.as_ref())?.to_vec2()
+        };
+        run().map_err(Error::inference)
+    }
+
+    /// A right-padded batch: ids, type ids, attention mask, and the pooling mask (which
+    /// leaves out each row's first `skip` tokens).
+    fn batch(
+        &self,
+        rows: &[(&[u32], Option<&[u32]>, usize)],
+    ) -> candle_core::Result<(Tensor, Tensor, Tensor, Tensor)> {
+        let seq = rows.iter().map(|(ids, _, _)| ids.len()).max().unwrap_or(0);
+        let batch = rows.len();
+        let mut flat_ids = vec![self.pad_id; batch * seq];
+        let mut flat_types = vec![0u32; batch * seq];
+        let mut mask = vec![0u32; batch * seq];
+        let mut pool_mask = vec![0u32; batch * seq];
+        for (row, (ids, types, skip)) in rows.iter().enumerate() {
+            let start = row * seq;
+            flat_ids[start..start + ids.len()].copy_from_slice(ids);
+            if let Some(types) = types {
+                flat_types[start..start + types.len()].copy_from_slice(types);
+            }
+            mask[start..start + ids.len()].fill(1);
+            pool_mask[start + (*skip).min(ids.len())..start + ids.len()].fill(1);
+        }
+        let shape = (batch, seq);
+        Ok((
+            Tensor::from_vec(flat_ids, shape, &self.device)?,
+            Tensor::from_vec(flat_types, shape, &self.device)?,
+            Tensor::from_vec(mask, shape, &self.device)?,
+            Tensor::from_vec(pool_mask, shape, &self.device)?,
+        ))
     }
 }
 

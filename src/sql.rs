@@ -6,6 +6,7 @@ use pgrx::JsonB;
 
 use crate::cache;
 use crate::error::{Error, Result, SqlState};
+use crate::pipeline::Pipeline;
 
 fn sqlerrcode(state: SqlState) -> PgSqlErrorCode {
     use PgSqlErrorCode::*;
@@ -20,6 +21,7 @@ fn sqlerrcode(state: SqlState) -> PgSqlErrorCode {
         SqlState::FeatureNotSupported => ERRCODE_FEATURE_NOT_SUPPORTED,
         SqlState::NullValueNotAllowed => ERRCODE_NULL_VALUE_NOT_ALLOWED,
         SqlState::DataException => ERRCODE_DATA_EXCEPTION,
+        SqlState::WrongObjectType => ERRCODE_WRONG_OBJECT_TYPE,
         SqlState::InternalError => ERRCODE_INTERNAL_ERROR,
     }
 }
@@ -68,12 +70,93 @@ fn embed_one(model: &str, input: &str, prompt_name: Option<&str>) -> Vec<f32> {
     vectors.pop().unwrap_or_else(|| raise(Error::Inference("no output for the input".into())))
 }
 
+/// `classify(model, input)`: the raw logits of a sequence-classification model.
+#[pg_extern(immutable, strict, parallel_safe)]
+fn classify(model: &str, input: &str) -> Vec<f32> {
+    logits(model, input, None)
+}
+
+/// `classify(model, input, pair)`: the raw logits for a sentence pair.
+#[pg_extern(immutable, strict, parallel_safe, name = "classify")]
+fn classify_pair(model: &str, input: &str, pair: &str) -> Vec<f32> {
+    logits(model, input, Pipeline::pair_argument(pair))
+}
+
+fn logits(model: &str, input: &str, pair: Option<&str>) -> Vec<f32> {
+    let (pipeline, _) = cache::get(model).or_raise();
+    pgrx::check_for_interrupts!();
+    let mut out = pipeline.classify(&[(input, pair)]).or_raise();
+    out.pop().unwrap_or_else(|| raise(Error::Inference("no output for the input".into())))
+}
+
+/// `classify_labels(model, input)`: (label, score) best first; softmax for
+/// single-label, sigmoid for multi-label classification, the raw value for regression.
+#[pg_extern(immutable, strict, parallel_safe)]
+fn classify_labels(
+    model: &str,
+    input: &str,
+) -> TableIterator<'static, (name!(label, String), name!(score, f32))> {
+    label_scores(model, input, None)
+}
+
+/// `classify_labels(model, input, pair)`: the same for a sentence pair.
+#[pg_extern(immutable, strict, parallel_safe, name = "classify_labels")]
+fn classify_labels_pair(
+    model: &str,
+    input: &str,
+    pair: &str,
+) -> TableIterator<'static, (name!(label, String), name!(score, f32))> {
+    label_scores(model, input, Pipeline::pair_argument(pair))
+}
+
+fn label_scores(model: &str, input: &str, pair: Option<&str>) -> TableIterator<'static, (String, f32)> {
+    let (pipeline, _) = cache::get(model).or_raise();
+    let classifier = pipeline.classifier().or_raise();
+    pgrx::check_for_interrupts!();
+    let logits = pipeline.classify(&[(input, pair)]).or_raise();
+    TableIterator::new(logits.first().map(|l| classifier.scores(l)).unwrap_or_default())
+}
+
+/// `rerank(model, query, documents)`: (idx, score) best first, idx 1-based into
+/// `documents`; scores as sentence-transformers' CrossEncoder.predict reports them.
+/// The documents are scored as one batch.
+#[pg_extern(immutable, strict, parallel_safe)]
+fn rerank(
+    model: &str,
+    query: &str,
+    documents: pgrx::Array<&str>,
+) -> TableIterator<'static, (name!(idx, i32), name!(score, f32))> {
+    let (pipeline, _) = cache::get(model).or_raise();
+    let classifier = pipeline.classifier().or_raise();
+    if classifier.labels.len() != 1 {
+        raise(Error::NotACrossEncoder { labels: classifier.labels.len() });
+    }
+    let mut inputs: Vec<(&str, Option<&str>)> = Vec::with_capacity(documents.len());
+    for (i, doc) in documents.iter().enumerate() {
+        match doc {
+            Some(doc) => inputs.push((query, Some(doc))),
+            None => raise(Error::NullElement { what: "documents", index: i + 1 }),
+        }
+    }
+    pgrx::check_for_interrupts!();
+    let logits = pipeline.classify(&inputs).or_raise();
+    let mut scored: Vec<(i32, f32)> = logits
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            let s = l[0];
+            (i as i32 + 1, if classifier.rerank_sigmoid { crate::classifier::sigmoid(s) } else { s })
+        })
+        .collect();
+    scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    TableIterator::new(scored)
+}
+
 #[pg_schema]
 mod embed {
     use super::*;
     use crate::catalog;
     use crate::options::Options;
-    use crate::pipeline::Pipeline;
 
     fn require_superuser(action: &'static str) -> Result<()> {
         // SAFETY: superuser() only reads the current user's role flags.

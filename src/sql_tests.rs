@@ -185,7 +185,7 @@ mod tests {
     }
 
     #[pg_test(
-        error = "invalid options: unknown field `polling`, expected one of `pooling`, `normalize`, `max_length`, `dimensions`, `prompts`, `prompt`, `include_prompt`, `heads`"
+        error = "invalid options: unknown field `polling`, expected one of `pooling`, `normalize`, `max_length`, `dimensions`, `prompts`, `prompt`, `include_prompt`, `task`, `heads`"
     )]
     fn register_unknown_option() {
         Spi::run("SELECT embed.register_model('x', 'all-MiniLM-L6-v2', '{\"polling\": \"cls\"}')").unwrap();
@@ -340,5 +340,102 @@ mod tests {
     fn dimensions_larger_than_the_output() {
         use_fixtures();
         register_with("d", "pool_mean", r#"{"dimensions": 64}"#);
+    }
+
+    fn golden_classify() -> serde_json::Value {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/classify/golden.json");
+        serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+    }
+
+    #[pg_test]
+    fn classify_and_classify_labels_in_sql() {
+        use_fixtures();
+        let info = register_with("sentiment", "classify/bert_single_label", "{}");
+        assert_eq!(info["task"], "classify");
+        assert_eq!(info["labels"], serde_json::json!(["negative", "neutral", "positive"]));
+        assert_eq!(info["problem_type"], "single_label_classification");
+        assert_eq!(info["classifier"]["architecture"], "BertForSequenceClassification");
+        let g = golden_classify();
+        let case = &g["fixtures"]["bert_single_label"]["cases"][1];
+        let want: Vec<f32> = serde_json::from_value(case["logits"].clone()).unwrap();
+        let got = Spi::get_one_with_args::<Vec<f32>>(
+            "SELECT classify('sentiment', $1)",
+            &[case["text"].as_str().unwrap().into()],
+        )
+        .unwrap()
+        .unwrap();
+        assert!(got.iter().zip(&want).all(|(a, b)| (a - b).abs() <= 1e-4), "{got:?} vs {want:?}");
+        // Pairs: the last golden case.
+        let cases = g["fixtures"]["bert_single_label"]["cases"].as_array().unwrap();
+        let pair = cases.iter().find(|c| c["pair"].is_string()).unwrap();
+        let want: Vec<f32> = serde_json::from_value(pair["logits"].clone()).unwrap();
+        let got = Spi::get_one_with_args::<Vec<f32>>(
+            "SELECT classify('sentiment', $1, $2)",
+            &[pair["text"].as_str().unwrap().into(), pair["pair"].as_str().unwrap().into()],
+        )
+        .unwrap()
+        .unwrap();
+        assert!(got.iter().zip(&want).all(|(a, b)| (a - b).abs() <= 1e-4), "{got:?} vs {want:?}");
+        // Probabilities best first, summing to 1.
+        let (n, sum, sorted) = Spi::get_three::<i64, f64, bool>(
+            "SELECT count(*), sum(score)::float8, bool_and(score <= prev) FROM (
+                 SELECT score, coalesce(lag(score) OVER (), 'Infinity') AS prev
+                 FROM classify_labels('sentiment', 'a very nice day')) s",
+        )
+        .unwrap();
+        assert_eq!(n, Some(3));
+        assert!((sum.unwrap() - 1.0).abs() < 1e-5);
+        assert_eq!(sorted, Some(true));
+        let top = Spi::get_one::<String>("SELECT label FROM classify_labels('sentiment', 'x', 'y') LIMIT 1")
+            .unwrap();
+        assert!(top.is_some());
+    }
+
+    #[pg_test]
+    fn rerank_in_sql_orders_as_cross_encoder() {
+        use_fixtures();
+        register_with("ce", "classify/bert_cross_encoder", "{}");
+        let g = golden_classify();
+        let r = &g["fixtures"]["bert_cross_encoder"]["rerank"];
+        let docs: Vec<String> = serde_json::from_value(r["documents"].clone()).unwrap();
+        let scores: Vec<f32> = serde_json::from_value(r["scores"].clone()).unwrap();
+        let mut want: Vec<(i32, f32)> = scores.iter().enumerate().map(|(i, s)| (i as i32 + 1, *s)).collect();
+        want.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let got: Vec<(i32, f32)> = Spi::connect(|c| {
+            c.select(
+                "SELECT idx, score FROM rerank('ce', $1, $2)",
+                None,
+                &[r["query"].as_str().unwrap().into(), docs.clone().into()],
+            )
+            .unwrap()
+            .map(|row| (row.get::<i32>(1).unwrap().unwrap(), row.get::<f32>(2).unwrap().unwrap()))
+            .collect()
+        });
+        assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), want.iter().map(|w| w.0).collect::<Vec<_>>());
+        for (g, w) in got.iter().zip(&want) {
+            assert!((g.1 - w.1).abs() <= 1e-5, "{g:?} vs {w:?}");
+        }
+        let empty = Spi::get_one::<i64>("SELECT count(*) FROM rerank('ce', 'q', '{}'::text[])").unwrap();
+        assert_eq!(empty, Some(0));
+    }
+
+    #[pg_test(error = "documents must not contain NULL (element 2)")]
+    fn rerank_with_a_null_document() {
+        use_fixtures();
+        register_with("ce", "classify/bert_cross_encoder", "{}");
+        Spi::run("SELECT * FROM rerank('ce', 'q', ARRAY['a', NULL, 'c'])").unwrap();
+    }
+
+    #[pg_test(error = "model is for classify, not embed")]
+    fn embed_on_a_classifier() {
+        use_fixtures();
+        register_with("sentiment", "classify/bert_single_label", "{}");
+        embed_sql("sentiment", "x");
+    }
+
+    #[pg_test(error = "model is for embed, not classify")]
+    fn classify_on_an_embedding_model() {
+        register("minilm");
+        Spi::run("SELECT classify('minilm', 'x')").unwrap();
     }
 }

@@ -1,16 +1,7 @@
 -- The generic pipeline from SQL: pooling modes, projection heads, prompts, dimensions, on
 -- the tiny fixtures of tests/fixtures, checked against sentence-transformers' outputs in
 -- tests/fixtures/golden.json (made by scripts/gen_fixtures.py).
-\getenv fixtures PG_EMBED_FIXTURES
-SET pg_embed.model_dir = :'fixtures';
-
-CREATE FUNCTION pg_temp.err(query text) RETURNS text LANGUAGE plpgsql AS $$
-BEGIN
-    EXECUTE query;
-    RETURN 'no error';
-EXCEPTION WHEN OTHERS THEN
-    RETURN SQLSTATE || ': ' || replace(SQLERRM, current_setting('pg_embed.model_dir'), '$FIXTURES');
-END $$;
+\i tests/regress/include/fixtures.sql
 
 CREATE TABLE golden AS
 SELECT pg_read_file(current_setting('pg_embed.model_dir') || '/golden.json')::jsonb -> 'fixtures' AS g;
