@@ -1,14 +1,7 @@
 -- embed() as a user calls it: dimensions, unit norm, NULL, pgvector search, errors.
 CREATE EXTENSION pg_embed;
 
--- Error helper: SQLSTATE and message, with the machine's model directory masked.
-CREATE FUNCTION pg_temp.err(query text) RETURNS text LANGUAGE plpgsql AS $$
-BEGIN
-    EXECUTE query;
-    RETURN 'no error';
-EXCEPTION WHEN OTHERS THEN
-    RETURN SQLSTATE || ': ' || replace(SQLERRM, current_setting('pg_embed.model_dir'), '$MODEL_DIR');
-END $$;
+\i tests/regress/include/err.sql
 
 SELECT name, dim, pooling, normalize, max_length, architecture
 FROM (SELECT embed.register_model('minilm', 'all-MiniLM-L6-v2') AS info) r,
