@@ -81,6 +81,9 @@ pub enum Error {
     #[error("model is for {task}, not {call}")]
     WrongTask { task: &'static str, call: &'static str },
 
+    #[error("this model's tokenizer has no sentence-pair template")]
+    NoPairTemplate,
+
     #[error("rerank needs a cross-encoder with one label; this model has {labels} labels")]
     NotACrossEncoder { labels: usize },
 
@@ -114,7 +117,7 @@ impl Error {
             ModelDirInvalid { .. } => SqlState::UndefinedFile,
             PermissionDenied { .. } | SourceOutsideModelDir { .. } => SqlState::InsufficientPrivilege,
             ModelDirNotSet => SqlState::ObjectNotInPrerequisiteState,
-            UnsupportedSource { .. } | Unsupported { .. } => SqlState::FeatureNotSupported,
+            UnsupportedSource { .. } | Unsupported { .. } | NoPairTemplate => SqlState::FeatureNotSupported,
             SourceNotFound { .. } | MissingFile { .. } => SqlState::UndefinedFile,
             Io { .. } => SqlState::IoError,
             InvalidFile { .. } => SqlState::DataCorrupted,

@@ -731,3 +731,26 @@ mod classify {
         assert!(e.contains("unsupported problem_type \"ranking\""), "{e}");
     }
 }
+
+/// A tokenizer without a post-processor that joins pairs (no special tokens around and
+/// between the two texts) cannot tokenize sentence pairs for a classifier.
+#[test]
+fn pair_without_a_pair_template() {
+    let src = root().join("tests/fixtures/classify/bert_single_label");
+    let dir = std::env::temp_dir().join(format!("pg_embed_no_pair_{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for f in ["model.safetensors", "config.json", "tokenizer_config.json"] {
+        std::fs::copy(src.join(f), dir.join(f)).unwrap();
+    }
+    let mut tok: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(src.join("tokenizer.json")).unwrap()).unwrap();
+    tok["post_processor"] = serde_json::Value::Null;
+    std::fs::write(dir.join("tokenizer.json"), serde_json::to_vec(&tok).unwrap()).unwrap();
+    let loaded = Pipeline::load(&dir, &Options::default());
+    let _ = std::fs::remove_dir_all(&dir);
+    let p = loaded.unwrap();
+    assert!(p.classify(&[("one", None)]).is_ok(), "single inputs still work");
+    let err = p.classify(&[("one", Some("two"))]).unwrap_err();
+    assert!(matches!(err, crate::error::Error::NoPairTemplate), "{err:?}");
+}

@@ -398,7 +398,12 @@ impl Pipeline {
 
     /// Token ids and token type ids of an input or a sentence pair, as transformers'
     /// `tokenizer(text, pair, truncation=True)` gives them (longest-first truncation).
+    /// A tokenizer whose post-processor adds no special tokens to a pair has no pair template:
+    /// the two texts would run together, so a pair is refused.
     pub fn tokenize_pair(&self, text: &str, pair: Option<&str>) -> Result<(Vec<u32>, Vec<u32>)> {
+        if pair.is_some() && self.tokenizer.get_post_processor().map_or(0, |p| p.added_tokens(true)) == 0 {
+            return Err(Error::NoPairTemplate);
+        }
         let enc = match pair {
             None => self.tokenizer.encode_fast(text, true),
             Some(p) => self.tokenizer.encode_fast((text, p), true),
