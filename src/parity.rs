@@ -571,6 +571,7 @@ mod classify {
             let fx = &g.fixtures[name];
             let p = load(name, serde_json::json!({})).unwrap();
             assert_eq!(p.info().task, "classify");
+            assert!(p.info().pooling.is_empty() && p.info().heads.is_empty() && !p.info().normalize);
             assert!(fx.cases.len() >= 20, "{name}");
             let mut worst = 0f32;
             for c in &fx.cases {

@@ -135,13 +135,15 @@ impl Pipeline {
             }
         }
         let (pooling, pooling_from) = match (&options.pooling, &layout.pooling) {
+            // A classifier's head does its own pooling.
+            _ if classify => (Vec::new(), "none (the classification head pools)".to_string()),
             (Some(spec), _) => (parse_pooling(&spec.to_vec())?, "options".to_string()),
             (None, Some(module)) => (module.modes.clone(), module.path.display().to_string()),
             (None, None) => {
                 (vec![PoolingMode::Mean], "default (no sentence-transformers Pooling module)".into())
             }
         };
-        let normalize = options.normalize.unwrap_or(layout.normalize);
+        let normalize = options.normalize.unwrap_or(layout.normalize) && !classify;
 
         let mut tokenizer = load_tokenizer(&bdir.join("tokenizer.json"))?;
         let pad_id = tokenizer.get_padding().map(|p| p.pad_id).unwrap_or(0);
@@ -208,7 +210,8 @@ impl Pipeline {
 
         let mut heads = Vec::with_capacity(layout.dense.len());
         let mut dim = config.hidden_size() * pooling.len();
-        for folder in &layout.dense {
+        // A classifier ends in its head: sentence-transformers' Dense modules do not apply.
+        for folder in layout.dense.iter().filter(|_| !classify) {
             let head = Dense::load(folder)?;
             if head.in_features != dim {
                 return Err(Error::invalid_file(
