@@ -4,18 +4,21 @@
 Usage:
     HF_HUB_OFFLINE=1 python scripts/gen_classify_fixtures.py --out tests/fixtures/classify
 
-Each fixture is what `AutoModelForSequenceClassification.save_pretrained` writes for a
-small random model (plus the tiny WordPiece tokenizer of scripts/gen_fixtures.py);
-golden.json records, for single inputs and sentence pairs, the token ids, token type ids
-and logits transformers returns, and for the one-label model the scores
-sentence-transformers' CrossEncoder.predict returns (the rerank reference). Nothing is
-downloaded; the output is deterministic.
+Each fixture is what `*ForSequenceClassification.save_pretrained` writes for a small random
+model of one architecture (BERT, RoBERTa, XLM-RoBERTa, DistilBERT, ELECTRA, DeBERTa-v2,
+ModernBERT with cls and mean pooling), with the tiny WordPiece tokenizer of
+scripts/gen_fixtures.py or, for the RoBERTa family, a tiny byte-level BPE tokenizer with
+RoBERTa's pair template. golden.json records, for single inputs and sentence pairs, the
+token ids, token type ids and logits transformers returns, and for the one-label models the
+scores sentence-transformers' CrossEncoder.predict returns (the rerank reference). Nothing
+is downloaded; the output is deterministic.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import inspect
 import json
 import os
 import shutil
@@ -30,14 +33,22 @@ _spec = importlib.util.spec_from_file_location("gen_fixtures", os.path.join(HERE
 gf = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(gf)
 
-# name -> (architecture config, num_labels, problem_type, id2label or None, seed)
+# name -> (architecture, num_labels, problem_type, id2label or None, seed, extra config)
 FIXTURES = [
-    ("bert_single_label", 3, "single_label_classification", {0: "negative", 1: "neutral", 2: "positive"}, 11),
-    ("bert_multi_label", 4, "multi_label_classification", {0: "sports", 1: "politics", 2: "science", 3: "art"}, 12),
+    ("bert_single_label", "bert", 3, "single_label_classification", {0: "negative", 1: "neutral", 2: "positive"}, 11, {}),
+    ("bert_multi_label", "bert", 4, "multi_label_classification", {0: "sports", 1: "politics", 2: "science", 3: "art"}, 12, {}),
     # No id2label in the config: transformers names the labels LABEL_0, LABEL_1.
-    ("bert_default_labels", 2, None, None, 13),
+    ("bert_default_labels", "bert", 2, None, None, 13, {}),
     # One label: a regression head / cross-encoder.
-    ("bert_cross_encoder", 1, None, None, 14),
+    ("bert_cross_encoder", "bert", 1, None, None, 14, {}),
+    # One per architecture; each head differs (see the Rust classifier).
+    ("roberta_single_label", "roberta", 3, None, {0: "negative", 1: "neutral", 2: "positive"}, 21, {}),
+    ("xlm_roberta_cross_encoder", "xlm-roberta", 1, None, None, 22, {}),
+    ("distilbert_single_label", "distilbert", 2, None, {0: "NEGATIVE", 1: "POSITIVE"}, 23, {}),
+    ("electra_multi_label", "electra", 3, "multi_label_classification", {0: "joy", 1: "anger", 2: "fear"}, 24, {}),
+    ("deberta_v2_single_label", "deberta-v2", 3, None, {0: "entailment", 1: "neutral", 2: "contradiction"}, 25, {}),
+    ("modernbert_cls", "modernbert", 2, None, {0: "no", 1: "yes"}, 26, {"classifier_pooling": "cls"}),
+    ("modernbert_mean_regression", "modernbert", 1, "regression", None, 27, {"classifier_pooling": "mean"}),
 ]
 
 SINGLES = [text for _, text in gf.CASES]
@@ -61,10 +72,82 @@ RERANK_DOCS = [
 MAX_LENGTH = 32
 
 
-def build(name, num_labels, problem_type, id2label, seed, backbone_dir, out_dir):
+# Tokenizer kinds: WordPiece with a [CLS] A [SEP] B [SEP] template and token type ids (BERT,
+# DistilBERT, ELECTRA, DeBERTa-v2, ModernBERT here), and byte-level BPE with RoBERTa's
+# <s> A </s></s> B </s> template (RoBERTa, XLM-RoBERTa here).
+BPE_ARCHS = {"roberta", "xlm-roberta"}
+BPE_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+BPE_VOCAB_SIZE = 420
+
+
+def build_bpe_tokenizer(out_dir: str) -> int:
+    """A byte-level BPE tokenizer trained on the fixture corpus, saved as RoBERTa saves one."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE(unk_token=None))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=BPE_VOCAB_SIZE, special_tokens=BPE_SPECIALS, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(gf.CORPUS.splitlines(), trainer=trainer)
+    ids = {t: tok.token_to_id(t) for t in BPE_SPECIALS}
+    assert [ids[t] for t in BPE_SPECIALS] == list(range(len(BPE_SPECIALS))), ids
+    tok.post_processor = processors.RobertaProcessing(("</s>", ids["</s>"]), ("<s>", ids["<s>"]),
+                                                      trim_offsets=True, add_prefix_space=False)
+    hf = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", sep_token="</s>",
+                                 cls_token="<s>", unk_token="<unk>", pad_token="<pad>", mask_token="<mask>",
+                                 model_input_names=["input_ids", "attention_mask"])
+    hf.save_pretrained(out_dir)
+    return tok.get_vocab_size()
+
+
+def architecture_config(arch, vocab_size, num_labels, extra, kw):
+    """A small config of `arch` and its *ForSequenceClassification class."""
+    import transformers as tf
+
+    common = dict(vocab_size=vocab_size, num_labels=num_labels, **kw)
+    bert_like = dict(hidden_size=gf.HIDDEN, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                     hidden_act="gelu", **common)
+    if arch == "bert":
+        return tf.BertForSequenceClassification, tf.BertConfig(max_position_embeddings=128, pad_token_id=0, **bert_like)
+    if arch == "roberta":
+        # RoBERTa counts positions from padding_idx + 1: 2 + 128 positions.
+        return tf.RobertaForSequenceClassification, tf.RobertaConfig(
+            max_position_embeddings=130, type_vocab_size=1, pad_token_id=1, bos_token_id=0, eos_token_id=2, **bert_like)
+    if arch == "xlm-roberta":
+        return tf.XLMRobertaForSequenceClassification, tf.XLMRobertaConfig(
+            max_position_embeddings=130, type_vocab_size=1, pad_token_id=1, bos_token_id=0, eos_token_id=2, **bert_like)
+    if arch == "distilbert":
+        return tf.DistilBertForSequenceClassification, tf.DistilBertConfig(
+            dim=gf.HIDDEN, n_layers=2, n_heads=4, hidden_dim=64, max_position_embeddings=128, activation="gelu",
+            pad_token_id=0, **common)
+    if arch == "electra":
+        # embedding_size < hidden_size: the embeddings are projected (embeddings_project).
+        return tf.ElectraForSequenceClassification, tf.ElectraConfig(
+            embedding_size=16, max_position_embeddings=128, pad_token_id=0, **bert_like)
+    if arch == "deberta-v2":
+        # DeBERTa-v3's settings: relative attention with log buckets, shared attention keys,
+        # no absolute positions, no token types.
+        return tf.DebertaV2ForSequenceClassification, tf.DebertaV2Config(
+            max_position_embeddings=128, relative_attention=True, position_buckets=16, max_relative_positions=-1,
+            pos_att_type=["p2c", "c2p"], norm_rel_ebd="layer_norm", share_att_key=True, position_biased_input=False,
+            type_vocab_size=0, pad_token_id=0, pooler_hidden_size=gf.HIDDEN, pooler_hidden_act="gelu",
+            layer_norm_eps=1e-7, **bert_like)
+    if arch == "modernbert":
+        # Three layers: layer 0 global, layers 1-2 local with an 8-token window, so inputs
+        # longer than the window exercise the sliding mask.
+        return tf.ModernBertForSequenceClassification, tf.ModernBertConfig(
+            hidden_size=gf.HIDDEN, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4,
+            max_position_embeddings=128, global_attn_every_n_layers=3, local_attention=8, pad_token_id=0,
+            cls_token_id=2, sep_token_id=3, bos_token_id=2, eos_token_id=3, hidden_activation="gelu",
+            classifier_activation="gelu", **extra, **common)
+    raise SystemExit(f"unknown architecture {arch}")
+
+
+def build(name, arch, num_labels, problem_type, id2label, seed, extra, tokenizer_dir, out_dir):
     import torch
     from torch import nn
-    from transformers import BertConfig, BertForSequenceClassification
 
     kw = {}
     if id2label is not None:
@@ -72,12 +155,10 @@ def build(name, num_labels, problem_type, id2label, seed, backbone_dir, out_dir)
         kw["label2id"] = {l: i for i, l in id2label.items()}
     if problem_type is not None:
         kw["problem_type"] = problem_type
-    config = BertConfig(vocab_size=json.load(open(os.path.join(backbone_dir, "config.json")))["vocab_size"],
-                        hidden_size=gf.HIDDEN, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-                        max_position_embeddings=128, hidden_act="gelu", pad_token_id=0, num_labels=num_labels,
-                        **kw)
+    vocab_size = json.load(open(os.path.join(tokenizer_dir, "config.json")))["vocab_size"]
+    cls, config = architecture_config(arch, vocab_size, num_labels, extra, kw)
     torch.manual_seed(seed)
-    model = BertForSequenceClassification(config).eval()
+    model = cls(config).eval()
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for pname, p in sorted(model.named_parameters(), key=lambda kv: kv[0]):
@@ -90,9 +171,10 @@ def build(name, num_labels, problem_type, id2label, seed, backbone_dir, out_dir)
             else:
                 raise SystemExit(f"unexpected parameter {pname}")
     model.save_pretrained(out_dir, safe_serialization=True)
-    for fn in ("tokenizer.json", "vocab.txt", "special_tokens_map.json"):
-        shutil.copyfile(os.path.join(backbone_dir, fn), os.path.join(out_dir, fn))
-    tc = json.load(open(os.path.join(backbone_dir, "tokenizer_config.json")))
+    for fn in os.listdir(tokenizer_dir):
+        if fn not in ("config.json", "tokenizer_config.json"):
+            shutil.copyfile(os.path.join(tokenizer_dir, fn), os.path.join(out_dir, fn))
+    tc = json.load(open(os.path.join(tokenizer_dir, "tokenizer_config.json")))
     tc["model_max_length"] = MAX_LENGTH
     with open(os.path.join(out_dir, "tokenizer_config.json"), "w", encoding="utf-8", newline="\n") as fh:
         fh.write(json.dumps(tc, indent=2, sort_keys=True) + "\n")
@@ -108,10 +190,15 @@ def run(name, num_labels, out_dir):
     if tok.model_max_length != MAX_LENGTH:
         raise SystemExit(f"{name}: model_max_length {tok.model_max_length}")
 
+    accepted = set(inspect.signature(model.forward).parameters)
+
+    def inputs(enc):
+        return {k: v for k, v in enc.items() if k in accepted}
+
     def one(text, pair=None):
-        enc = tok(text, pair, truncation=True, return_tensors="pt")
+        enc = tok(text, pair, truncation=True, return_tensors="pt", return_token_type_ids=True)
         with torch.inference_mode():
-            logits = model(**enc).logits[0].numpy()
+            logits = model(**inputs(enc)).logits[0].numpy()
         return {"text": text, **({"pair": pair} if pair is not None else {}),
                 "input_ids": enc["input_ids"][0].tolist(), "token_type_ids": enc["token_type_ids"][0].tolist(),
                 "logits": gf.floats(logits)}
@@ -120,12 +207,13 @@ def run(name, num_labels, out_dir):
     # Batched (padded) logits equal one-by-one within float32 noise.
     enc = tok(SINGLES, truncation=True, padding=True, return_tensors="pt")
     with torch.inference_mode():
-        batched = model(**enc).logits.numpy()
+        batched = model(**inputs(enc)).logits.numpy()
     single = np.stack([np.array(c["logits"], dtype=np.float32) for c in cases[:len(SINGLES)]])
     diff = float(np.max(np.abs(batched - single)))
     if diff > 1e-4:
         raise SystemExit(f"{name}: batched vs single {diff}")
-    out = {"config": {"num_labels": num_labels, "problem_type": model.config.problem_type,
+    out = {"architecture": model.config.architectures[0],
+           "config": {"num_labels": num_labels, "problem_type": model.config.problem_type,
                       "id2label": {str(k): v for k, v in sorted(model.config.id2label.items())}},
            "cases": cases}
     if num_labels == 1:
@@ -155,16 +243,20 @@ def main() -> int:
     os.makedirs(out, exist_ok=True)
     work = tempfile.mkdtemp(prefix="pg_embed_classify_")
     try:
-        backbone = os.path.join(work, "backbone")
-        os.makedirs(backbone)
-        gf.build_tokenizer(backbone)
-        with open(os.path.join(backbone, "config.json"), "w") as fh:
+        wordpiece = os.path.join(work, "wordpiece")
+        os.makedirs(wordpiece)
+        gf.build_tokenizer(wordpiece)
+        with open(os.path.join(wordpiece, "config.json"), "w") as fh:
             json.dump({"vocab_size": len(gf.build_vocab())}, fh)
+        bpe = os.path.join(work, "bpe")
+        os.makedirs(bpe)
+        with open(os.path.join(bpe, "config.json"), "w") as fh:
+            json.dump({"vocab_size": build_bpe_tokenizer(bpe)}, fh)
         results = {}
-        for (name, n, pt, labels, seed) in FIXTURES:
+        for (name, arch, n, pt, labels, seed, extra) in FIXTURES:
             d = os.path.join(out, name)
             shutil.rmtree(d, ignore_errors=True)
-            build(name, n, pt, labels, seed, backbone, d)
+            build(name, arch, n, pt, labels, seed, extra, bpe if arch in BPE_ARCHS else wordpiece, d)
             for root, dirs, files in os.walk(d):
                 for f in files:
                     os.chmod(os.path.join(root, f), 0o644)

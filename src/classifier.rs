@@ -4,11 +4,14 @@
 
 use std::collections::BTreeMap;
 
-use candle_core::{Module, Tensor};
-use candle_nn::VarBuilder;
+use candle_core::{IndexOp, Module, Tensor};
+use candle_nn::{LayerNorm, Linear, VarBuilder};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::heads::Activation;
+use crate::models::BackboneConfig;
+use crate::pooling::PoolingMode;
 
 /// The classification fields of config.json (`transformers.PretrainedConfig`).
 #[derive(Debug, Default, Deserialize)]
@@ -52,11 +55,27 @@ pub enum Problem {
     Regression,
 }
 
-const SUPPORTED: &str = "BertForSequenceClassification";
+pub const SUPPORTED: &str = "BertForSequenceClassification, DebertaV2ForSequenceClassification, \
+DistilBertForSequenceClassification, ElectraForSequenceClassification, ModernBertForSequenceClassification, \
+RobertaForSequenceClassification, XLMRobertaForSequenceClassification";
 
-enum Head {
-    /// BERT: the pooler (dense + tanh over [CLS], part of the backbone) then `classifier`.
-    Bert { classifier: candle_nn::Linear },
+/// Which token states a head reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pool {
+    /// The backbone's pooler output (BERT: dense + tanh over [CLS]).
+    BackbonePooler,
+    /// The first token ([CLS] / <s>).
+    First,
+    /// The attention-masked mean over tokens (ModernBERT's `classifier_pooling = "mean"`).
+    Mean,
+}
+
+/// A `*ForSequenceClassification` head: pool, then optionally dense -> activation -> norm,
+/// then the output projection. Each architecture is one row of names in `Classifier::load`.
+struct Head {
+    pool: Pool,
+    dense: Option<(Linear, Activation, Option<LayerNorm>)>,
+    out: Linear,
 }
 
 pub struct Classifier {
@@ -69,29 +88,136 @@ pub struct Classifier {
     pub rerank_sigmoid: bool,
 }
 
+/// An activation named as transformers' ACT2FN names it in config.json.
+fn act(what: &'static str, name: &str) -> Result<Activation> {
+    Ok(match name {
+        "gelu" => Activation::Gelu,
+        "gelu_new" | "gelu_pytorch_tanh" => Activation::GeluTanh,
+        "relu" => Activation::Relu,
+        "tanh" => Activation::Tanh,
+        "silu" | "swish" => Activation::Silu,
+        "sigmoid" => Activation::Sigmoid,
+        "linear" => Activation::Identity,
+        other => {
+            return Err(Error::Unsupported {
+                what,
+                value: other.into(),
+                path: "config.json".into(),
+                supported: "gelu, gelu_new, gelu_pytorch_tanh, relu, tanh, silu, swish, sigmoid, linear",
+            })
+        }
+    })
+}
+
+/// A linear layer `name` whose output width the checkpoint decides; with a bias when the
+/// checkpoint has one.
+fn linear(vb: &VarBuilder, name: &str, in_features: usize) -> candle_core::Result<Linear> {
+    let weight = vb.get_unchecked(&format!("{name}.weight"))?;
+    let (out_features, found_in) = weight.dims2()?;
+    if found_in != in_features {
+        candle_core::bail!("{name}.weight has {found_in} input features, expected {in_features}");
+    }
+    let bias = vb
+        .contains_tensor(&format!("{name}.bias"))
+        .then(|| vb.get(out_features, &format!("{name}.bias")))
+        .transpose()?;
+    Ok(Linear::new(weight, bias))
+}
+
 impl Classifier {
-    /// Loads the head of `architecture` from the checkpoint's weights.
-    pub fn load(vb: &VarBuilder, architecture: &str, cfg: &HeadConfig, hidden: usize) -> Result<Self> {
-        let bad = |e: candle_core::Error| Error::invalid_file("model.safetensors", e);
-        let (head, num_labels) = match architecture {
-            "BertForSequenceClassification" => {
-                let n = vb.get_unchecked("classifier.weight").map_err(bad)?.dim(0).map_err(bad)?;
-                (
-                    Head::Bert {
-                        classifier: candle_nn::linear(hidden, n, vb.pp("classifier")).map_err(bad)?,
+    /// Loads the head of `architecture` from the checkpoint's weights; `backbone` is the
+    /// parsed config.json, which must be of the architecture's family.
+    pub fn load(
+        vb: &VarBuilder,
+        architecture: &str,
+        cfg: &HeadConfig,
+        backbone: &BackboneConfig,
+    ) -> Result<Self> {
+        use BackboneConfig as B;
+        let hidden = backbone.hidden_size();
+        // (pool, dense layer and its activation, norm, output layer)
+        let (pool, dense, norm, out): (Pool, Option<(&str, Activation)>, Option<(&str, f64, bool)>, &str) =
+            match (architecture, backbone) {
+                ("BertForSequenceClassification", B::Bert(_)) => {
+                    (Pool::BackbonePooler, None, None, "classifier")
+                }
+                ("RobertaForSequenceClassification", B::Roberta(_))
+                | ("XLMRobertaForSequenceClassification", B::XlmRoberta(_)) => {
+                    (Pool::First, Some(("classifier.dense", Activation::Tanh)), None, "classifier.out_proj")
+                }
+                ("ElectraForSequenceClassification", B::Electra(_)) => {
+                    (Pool::First, Some(("classifier.dense", Activation::Gelu)), None, "classifier.out_proj")
+                }
+                ("DistilBertForSequenceClassification", B::DistilBert(_)) => {
+                    (Pool::First, Some(("pre_classifier", Activation::Relu)), None, "classifier")
+                }
+                ("DebertaV2ForSequenceClassification", B::DebertaV2(c)) => (
+                    Pool::First,
+                    Some(("pooler.dense", act("pooler_hidden_act", &c.pooler_hidden_act)?)),
+                    None,
+                    "classifier",
+                ),
+                ("ModernBertForSequenceClassification", B::ModernBert(c)) => (
+                    match c.classifier_pooling.as_str() {
+                        "cls" => Pool::First,
+                        "mean" => Pool::Mean,
+                        other => {
+                            return Err(Error::Unsupported {
+                                what: "classifier_pooling",
+                                value: other.into(),
+                                path: "config.json".into(),
+                                supported: "cls, mean",
+                            })
+                        }
                     },
-                    n,
-                )
-            }
-            other => {
-                return Err(Error::Unsupported {
-                    what: "architecture",
-                    value: other.into(),
-                    path: "config.json".into(),
-                    supported: SUPPORTED,
-                })
-            }
+                    Some(("head.dense", act("classifier_activation", &c.classifier_activation)?)),
+                    Some(("head.norm", c.norm_eps, c.norm_bias)),
+                    "classifier",
+                ),
+                (known, other) if SUPPORTED.split(", ").any(|a| a.trim() == known) => {
+                    return Err(Error::invalid_file(
+                        "config.json",
+                        format!(
+                            "architecture {known} does not match model_type \"{}\"",
+                            other.architecture()
+                        ),
+                    ))
+                }
+                (other, _) => {
+                    return Err(Error::Unsupported {
+                        what: "architecture",
+                        value: other.into(),
+                        path: "config.json".into(),
+                        supported: SUPPORTED,
+                    })
+                }
+            };
+        let bad = |e: candle_core::Error| Error::invalid_file("model.safetensors", e);
+        let dense = dense
+            .map(|(name, activation)| -> candle_core::Result<_> {
+                let layer = linear(vb, name, hidden)?;
+                let width = layer.weight().dim(0)?;
+                let norm = norm
+                    .map(|(name, eps, bias)| {
+                        let nb = vb.pp(name);
+                        if bias {
+                            candle_nn::layer_norm(width, eps, nb)
+                        } else {
+                            candle_nn::layer_norm_no_bias(width, eps, nb)
+                        }
+                    })
+                    .transpose()?;
+                Ok((layer, activation, norm))
+            })
+            .transpose()
+            .map_err(bad)?;
+        let out_in = match &dense {
+            Some((layer, _, _)) => layer.weight().dim(0).map_err(bad)?,
+            None => hidden,
         };
+        let out = linear(vb, out, out_in).map_err(bad)?;
+        let num_labels = out.weight().dim(0).map_err(bad)?;
+        let head = Head { pool, dense, out };
         let labels = labels(cfg, num_labels)?;
         let problem = match (cfg.problem_type.as_deref(), num_labels) {
             (Some("multi_label_classification"), _) => Problem::MultiLabelClassification,
@@ -127,20 +253,34 @@ impl Classifier {
         Ok(Classifier { head, architecture: architecture.into(), labels, problem, rerank_sigmoid })
     }
 
-    /// Logits [batch, num_labels] from the backbone's hidden states and pooler output.
-    pub fn forward(&self, _hidden: &Tensor, pooler: Option<&Tensor>) -> candle_core::Result<Tensor> {
-        match &self.head {
-            Head::Bert { classifier } => {
-                let pooled = pooler
-                    .ok_or_else(|| candle_core::Error::Msg("BERT classifier needs the pooler".into()))?;
-                classifier.forward(pooled)
+    /// Logits [batch, num_labels] from the backbone's hidden states [b, s, h], the attention
+    /// mask [b, s] and the backbone's pooler output.
+    pub fn forward(
+        &self,
+        hidden: &Tensor,
+        mask: &Tensor,
+        pooler: Option<&Tensor>,
+    ) -> candle_core::Result<Tensor> {
+        let head = &self.head;
+        let mut x = match head.pool {
+            Pool::BackbonePooler => pooler.cloned().ok_or_else(|| {
+                candle_core::Error::Msg("the classifier needs the backbone's pooler".into())
+            })?,
+            Pool::First => hidden.i((.., 0))?.contiguous()?,
+            Pool::Mean => crate::pooling::pool(hidden, mask, &[PoolingMode::Mean], None)?,
+        };
+        if let Some((dense, activation, norm)) = &head.dense {
+            x = activation.apply(&dense.forward(&x)?)?;
+            if let Some(norm) = norm {
+                x = norm.forward(&x)?;
             }
         }
+        head.out.forward(&x)
     }
 
     /// Whether the head reads the backbone's pooler output.
     pub fn needs_pooler(&self) -> bool {
-        matches!(self.head, Head::Bert { .. })
+        self.head.pool == Pool::BackbonePooler
     }
 
     /// (label, score) best first: softmax, sigmoid or the raw value, per problem type.
@@ -164,6 +304,13 @@ impl Classifier {
         serde_json::json!({
             "type": "sequence_classification",
             "architecture": self.architecture,
+            "pooling": match self.head.pool {
+                Pool::BackbonePooler => "pooler",
+                Pool::First => "first token",
+                Pool::Mean => "mean",
+            },
+            "dense_activation": self.head.dense.as_ref().map(|(_, a, _)| a.name()),
+            "norm": self.head.dense.as_ref().is_some_and(|(_, _, n)| n.is_some()),
             "num_labels": self.labels.len(),
             "rerank_activation": if self.rerank_sigmoid { "sigmoid" } else { "identity" },
         })

@@ -140,13 +140,13 @@ impl Pipeline {
             (Some(spec), _) => (parse_pooling(&spec.to_vec())?, "options".to_string()),
             (None, Some(module)) => (module.modes.clone(), module.path.display().to_string()),
             (None, None) => {
-                (vec![PoolingMode::Mean], "default (no sentence-transformers Pooling module)".into())
+                (vec![config.default_pooling()], "default (no sentence-transformers Pooling module)".into())
             }
         };
         let normalize = options.normalize.unwrap_or(layout.normalize) && !classify;
 
         let mut tokenizer = load_tokenizer(&bdir.join("tokenizer.json"))?;
-        let pad_id = tokenizer.get_padding().map(|p| p.pad_id).unwrap_or(0);
+        let pad_id = tokenizer.get_padding().map_or(config.pad_token_id(), |p| p.pad_id);
         let max_positions = config.max_position_embeddings();
         let max_length = match options.max_length {
             Some(n) if n > max_positions => {
@@ -187,10 +187,7 @@ impl Pipeline {
                     head_config.architectures
                 )));
             };
-            Some(
-                Classifier::load(&vb, architecture, &head_config, config.hidden_size())
-                    .map_err(|e| e.in_dir(bdir))?,
-            )
+            Some(Classifier::load(&vb, architecture, &head_config, &config).map_err(|e| e.in_dir(bdir))?)
         } else {
             None
         };
@@ -209,7 +206,10 @@ impl Pipeline {
         }
 
         let mut heads = Vec::with_capacity(layout.dense.len());
-        let mut dim = config.hidden_size() * pooling.len();
+        let mut dim: usize = pooling
+            .iter()
+            .map(|m| if *m == PoolingMode::Pooler { config.pooler_size() } else { config.hidden_size() })
+            .sum();
         // A classifier ends in its head: sentence-transformers' Dense modules do not apply.
         for folder in layout.dense.iter().filter(|_| !classify) {
             let head = Dense::load(folder)?;
@@ -371,7 +371,7 @@ impl Pipeline {
             let (ids, type_ids, mask, pool_mask) = self.batch(&rows)?;
             let hidden = self.backbone.forward(&ids, &type_ids, &mask)?;
             let pooler = if self.pooling.contains(&PoolingMode::Pooler) {
-                self.backbone.pooler(&hidden)?
+                self.backbone.pooler(&hidden, &ids)?
             } else {
                 None
             };
@@ -390,6 +390,31 @@ impl Pipeline {
                 }
             }
             out.to_vec2()
+        };
+        run().map_err(Error::inference)
+    }
+
+    /// The backbone's last hidden states of each input (tokenized as `embed` tokenizes it,
+    /// without a prompt), [tokens][hidden] per input, run as one padded batch: what
+    /// transformers' `last_hidden_state` holds.
+    pub fn hidden_states(&self, texts: &[&str]) -> Result<Vec<Vec<Vec<f32>>>> {
+        let encoded = texts.iter().map(|t| self.tokenize(t)).collect::<Result<Vec<_>>>()?;
+        if encoded.is_empty() {
+            return Ok(Vec::new());
+        }
+        let rows: Vec<(&[u32], Option<&[u32]>, usize)> =
+            encoded.iter().map(|ids| (ids.as_slice(), None, 0)).collect();
+        let run = || -> candle_core::Result<Vec<Vec<Vec<f32>>>> {
+            let (ids, type_ids, mask, _) = self.batch(&rows)?;
+            let hidden = self.backbone.forward(&ids, &type_ids, &mask)?.to_vec3::<f32>()?;
+            Ok(hidden
+                .into_iter()
+                .zip(&encoded)
+                .map(|(mut h, ids)| {
+                    h.truncate(ids.len());
+                    h
+                })
+                .collect())
         };
         run().map_err(Error::inference)
     }
@@ -435,8 +460,8 @@ impl Pipeline {
         let run = || -> candle_core::Result<Vec<Vec<f32>>> {
             let (ids, type_ids, mask, _) = self.batch(&rows)?;
             let hidden = self.backbone.forward(&ids, &type_ids, &mask)?;
-            let pooler = if classifier.needs_pooler() { self.backbone.pooler(&hidden)? } else { None };
-            classifier.forward(&hidden, pooler.as_ref())?.to_vec2()
+            let pooler = if classifier.needs_pooler() { self.backbone.pooler(&hidden, &ids)? } else { None };
+            classifier.forward(&hidden, &mask, pooler.as_ref())?.to_vec2()
         };
         run().map_err(Error::inference)
     }
@@ -481,9 +506,9 @@ fn known_prompts(prompts: &BTreeMap<String, String>) -> String {
     }
 }
 
-/// Tokens of `text` as sentence-transformers tokenizes an input.
+/// Tokens of `text` as sentence-transformers 6 tokenizes an input: as it is (no strip),
+/// lowercased when sentence_bert_config.json says `do_lower_case`.
 fn encode(tokenizer: &Tokenizer, lowercase: bool, text: &str) -> Result<Vec<u32>> {
-    let text = py_strip(text);
     let text = if lowercase { text.to_lowercase() } else { text.to_string() };
     let enc = tokenizer.encode_fast(text, true).map_err(|e| Error::Tokenize(e.to_string()))?;
     Ok(enc.get_ids().to_vec())
@@ -555,22 +580,6 @@ pub(crate) fn load_weights(dir: &Path, device: &Device) -> Result<(VarBuilder<'s
     let tensors = read_safetensors(&dir.join("model.safetensors"))?;
     let parameters = tensors.values().map(Tensor::elem_count).sum();
     Ok((VarBuilder::from_tensors(tensors, DType::F32, device), parameters))
-}
-
-/// Python's `str.strip()`: sentence-transformers strips every input before tokenizing.
-fn py_strip(text: &str) -> &str {
-    text.trim_matches(|c: char| c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn strip_matches_python() {
-        assert_eq!(py_strip(" \t\n\u{1c}\u{85}\u{a0}a b\u{3000}\u{2029}"), "a b");
-        assert_eq!(py_strip("\u{200b}x"), "\u{200b}x", "zero-width space is not whitespace in Python");
-    }
 }
 
 /// Broken and unsupported model directories: each is a clear error naming the file and
@@ -651,10 +660,14 @@ mod load_errors {
 
     #[test]
     fn unsupported_model_type() {
-        let (e, m) =
-            message(broken("t5", |d| edit_json(&d.join("config.json"), |v| v["model_type"] = "t5".into())));
-        assert!(matches!(e, Error::Unsupported { what: "model_type", .. }) && m.contains("\"t5\""), "{m}");
-        assert_eq!(e.hint().unwrap(), "Supported: bert.");
+        let (e, m) = message(broken("gpt2", |d| {
+            edit_json(&d.join("config.json"), |v| v["model_type"] = "gpt2".into())
+        }));
+        assert!(matches!(e, Error::Unsupported { what: "model_type", .. }) && m.contains("\"gpt2\""), "{m}");
+        assert_eq!(
+            e.hint().unwrap(),
+            "Supported: bert, clip_text_model, deberta-v2, distilbert, electra, modernbert, mpnet, roberta, t5, xlm-roberta."
+        );
     }
 
     #[test]

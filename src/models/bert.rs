@@ -1,12 +1,12 @@
-//! BERT encoder (MiniLM, bge, e5, all-MiniLM-*). The network is candle-transformers'
-//! `BertModel`; this file owns the config as transformers stores it.
+//! BERT encoder (MiniLM, bge, e5, all-MiniLM-*): the shared BERT-family encoder with
+//! absolute positions and token types, and BERT's pooler.
 
 use candle_core::Tensor;
 use candle_nn::VarBuilder;
-use candle_transformers::models::bert as cb;
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result};
+use super::encoder::{bad_weights, unsupported, with_prefix, Encoder, Positions, Spec};
+use crate::error::Result;
 
 /// `transformers.BertConfig`
 /// (https://huggingface.co/docs/transformers/model_doc/bert#transformers.BertConfig);
@@ -71,67 +71,48 @@ mod d {
 }
 
 pub struct Model {
-    inner: cb::BertModel,
+    encoder: Encoder,
     /// `BertPooler` (dense + tanh over [CLS]), when the checkpoint carries one.
     pooler: Option<candle_nn::Linear>,
 }
 
-fn unsupported(what: &'static str, value: &str, supported: &'static str) -> Error {
-    Error::Unsupported { what, value: value.into(), path: "config.json".into(), supported }
+impl Config {
+    /// The shared encoder's settings for a config of the BERT family (RoBERTa and ELECTRA
+    /// configs carry the same fields).
+    pub fn spec(&self, embedding_size: usize, positions: Positions) -> Result<Spec<'_>> {
+        if self.position_embedding_type != "absolute" {
+            return Err(unsupported("position_embedding_type", &self.position_embedding_type, "absolute"));
+        }
+        Ok(Spec {
+            vocab_size: self.vocab_size,
+            embedding_size,
+            hidden_size: self.hidden_size,
+            num_hidden_layers: self.num_hidden_layers,
+            num_attention_heads: self.num_attention_heads,
+            intermediate_size: self.intermediate_size,
+            hidden_act: &self.hidden_act,
+            max_position_embeddings: self.max_position_embeddings,
+            type_vocab_size: self.type_vocab_size,
+            layer_norm_eps: self.layer_norm_eps,
+            positions,
+        })
+    }
 }
 
 pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
-    let hidden_act = match cfg.hidden_act.as_str() {
-        "gelu" => cb::HiddenAct::Gelu,
-        // transformers' gelu_new and gelu_pytorch_tanh are the tanh approximation.
-        "gelu_new" | "gelu_pytorch_tanh" => cb::HiddenAct::GeluApproximate,
-        "relu" => cb::HiddenAct::Relu,
-        other => return Err(unsupported("hidden_act", other, "gelu, gelu_new, gelu_pytorch_tanh, relu")),
-    };
-    if cfg.position_embedding_type != "absolute" {
-        return Err(unsupported("position_embedding_type", &cfg.position_embedding_type, "absolute"));
-    }
-    if cfg.num_attention_heads == 0 || cfg.hidden_size % cfg.num_attention_heads != 0 {
-        return Err(Error::invalid_file(
-            "config.json",
-            format!(
-                "hidden_size {} is not a multiple of num_attention_heads {}",
-                cfg.hidden_size, cfg.num_attention_heads
-            ),
-        ));
-    }
-    let inner_cfg = cb::Config {
-        vocab_size: cfg.vocab_size,
-        hidden_size: cfg.hidden_size,
-        num_hidden_layers: cfg.num_hidden_layers,
-        num_attention_heads: cfg.num_attention_heads,
-        intermediate_size: cfg.intermediate_size,
-        hidden_act,
-        hidden_dropout_prob: 0.0,
-        max_position_embeddings: cfg.max_position_embeddings,
-        type_vocab_size: cfg.type_vocab_size,
-        initializer_range: 0.02,
-        layer_norm_eps: cfg.layer_norm_eps,
-        pad_token_id: cfg.pad_token_id,
-        position_embedding_type: cb::PositionEmbeddingType::Absolute,
-        use_cache: false,
-        classifier_dropout: None,
-        model_type: Some("bert".into()),
-    };
-    let bad_weights = |e| Error::invalid_file("model.safetensors", e);
-    let pooler = ["pooler.dense", "bert.pooler.dense"]
-        .into_iter()
-        .find(|p| vb.contains_tensor(&format!("{p}.weight")))
-        .map(|p| candle_nn::linear(cfg.hidden_size, cfg.hidden_size, vb.pp(p)))
+    let vb = with_prefix(vb, &["", "bert."], "embeddings.word_embeddings.weight");
+    let encoder = Encoder::load(vb.clone(), &cfg.spec(cfg.hidden_size, Positions::Absolute)?)?;
+    let pooler = vb
+        .contains_tensor("pooler.dense.weight")
+        .then(|| candle_nn::linear(cfg.hidden_size, cfg.hidden_size, vb.pp("pooler.dense")))
         .transpose()
         .map_err(bad_weights)?;
-    let inner = cb::BertModel::load(vb, &inner_cfg).map_err(bad_weights)?;
-    Ok(Model { inner, pooler })
+    Ok(Model { encoder, pooler })
 }
 
 impl Model {
     pub fn forward(&self, ids: &Tensor, type_ids: &Tensor, mask: &Tensor) -> candle_core::Result<Tensor> {
-        self.inner.forward(ids, type_ids, Some(mask))
+        self.encoder.forward(ids, type_ids, mask)
     }
 
     pub fn has_pooler(&self) -> bool {

@@ -1,6 +1,6 @@
 -- Sequence classification from SQL: classify, classify_labels, rerank, task checks, on
--- the tiny BertForSequenceClassification checkpoints of tests/fixtures/classify
--- (transformers' logits and CrossEncoder scores in tests/fixtures/classify/golden.json).
+-- the tiny *ForSequenceClassification checkpoints of tests/fixtures/classify (one or more
+-- per architecture; transformers' logits and CrossEncoder scores in golden.json).
 \i tests/regress/include/fixtures.sql
 
 CREATE TABLE golden AS
@@ -11,13 +11,19 @@ FROM (SELECT embed.register_model('sentiment', 'classify/bert_single_label') AS 
 SELECT embed.register_model('topics', 'classify/bert_multi_label') -> 'problem_type' AS problem_type;
 SELECT embed.register_model('ce', 'classify/bert_cross_encoder') -> 'labels' AS labels;
 
+-- Every fixture as a model of its own name: the head, problem type and labels resolved.
+CREATE TABLE fixture AS SELECT f FROM golden, jsonb_object_keys(g) AS f;
+SELECT f AS model, r -> 'classifier' ->> 'architecture' AS architecture, r -> 'classifier' ->> 'pooling' AS pooling,
+       r ->> 'problem_type' AS problem_type, r -> 'labels' AS labels,
+       r -> 'labels' = (SELECT jsonb_agg(value ORDER BY key::int) FROM jsonb_each(g -> f -> 'config' -> 'id2label')) AS labels_match
+FROM fixture, golden, LATERAL embed.register_model(f, 'classify/' || f) AS r ORDER BY f;
+
 -- Logits of every golden case (single inputs and pairs) within 1e-4 of transformers.
 SELECT f AS fixture, count(*) AS cases,
        bool_and((SELECT max(abs(x - y)) FROM unnest(got, want) AS u(x, y)) <= 1e-4) AS within_1e4
-FROM (VALUES ('sentiment', 'bert_single_label'), ('topics', 'bert_multi_label'), ('ce', 'bert_cross_encoder')) AS m(model, f),
-     golden,
+FROM fixture, golden,
      LATERAL (
-         SELECT CASE WHEN c ? 'pair' THEN classify(m.model, c ->> 'text', c ->> 'pair') ELSE classify(m.model, c ->> 'text') END AS got,
+         SELECT CASE WHEN c ? 'pair' THEN classify(f, c ->> 'text', c ->> 'pair') ELSE classify(f, c ->> 'text') END AS got,
                 ARRAY(SELECT jsonb_array_elements_text(c -> 'logits')::real) AS want
          FROM jsonb_array_elements(g -> f -> 'cases') AS c
      ) v
@@ -28,10 +34,17 @@ SELECT count(*) AS labels, round(sum(score)::numeric, 4) AS total FROM classify_
 SELECT count(*) AS labels, bool_and(score > 0 AND score < 1) AS sigmoids FROM classify_labels('topics', 'The team won the match.');
 SELECT count(*) AS rows FROM classify_labels('sentiment', 'How are you today?', 'I am fine, thank you very much.');
 
--- rerank: the order and scores of sentence-transformers' CrossEncoder.predict.
-SELECT r.idx, abs(r.score - (g -> 'bert_cross_encoder' -> 'rerank' -> 'scores' ->> (r.idx - 1))::real) <= 1e-5 AS score_matches
-FROM golden, LATERAL rerank('ce', g -> 'bert_cross_encoder' -> 'rerank' ->> 'query',
-                           ARRAY(SELECT jsonb_array_elements_text(g -> 'bert_cross_encoder' -> 'rerank' -> 'documents'))) AS r;
+-- rerank: the order and scores of sentence-transformers' CrossEncoder.predict, for every
+-- one-label fixture (rows come best first: the order is checked against the golden scores).
+SELECT f AS model, array_agg(r.idx ORDER BY r.ord) AS ranking,
+       array_agg(r.idx ORDER BY r.ord) = (SELECT array_agg(i::int ORDER BY s::real DESC)
+                                         FROM jsonb_array_elements_text(g -> f -> 'rerank' -> 'scores') WITH ORDINALITY AS t(s, i)) AS order_matches,
+       bool_and(abs(r.score - (g -> f -> 'rerank' -> 'scores' ->> (r.idx - 1))::real) <= 1e-5) AS scores_match
+FROM fixture, golden,
+     LATERAL rerank(f, g -> f -> 'rerank' ->> 'query',
+                    ARRAY(SELECT jsonb_array_elements_text(g -> f -> 'rerank' -> 'documents'))) WITH ORDINALITY AS r(idx, score, ord)
+WHERE g -> f ? 'rerank'
+GROUP BY f, g ORDER BY f;
 SELECT count(*) AS no_documents FROM rerank('ce', 'q', '{}'::text[]);
 
 -- Task checks and bad input.
@@ -49,4 +62,4 @@ SELECT array_length(embed('sentiment_backbone', 'hello'), 1) AS dims;
 SELECT embed('sentiment', 'x');
 
 SELECT count(*) AS dropped FROM (SELECT embed.drop_model(name) FROM embed.models) d;
-DROP TABLE golden;
+DROP TABLE golden, fixture;

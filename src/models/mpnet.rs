@@ -1,0 +1,180 @@
+//! MPNet (all-mpnet-base-v2, multi-qa-mpnet-*): BERT's layers under other names, positions
+//! numbered after the padding index, and a relative position bias shared by all layers added
+//! to the attention scores, as transformers' `MPNetModel` computes it. candle-transformers
+//! has no MPNet; the shared BERT-family encoder carries it.
+
+use candle_core::{Module, Tensor};
+use candle_nn::{Embedding, Linear, VarBuilder};
+use serde::{Deserialize, Serialize};
+
+use super::encoder::{bad_weights, relative_position_bias, renamed, with_prefix, Encoder, Positions, Spec};
+use crate::error::Result;
+
+/// `transformers.MPNetConfig`
+/// (https://huggingface.co/docs/transformers/model_doc/mpnet#transformers.MPNetConfig);
+/// defaults are transformers' defaults.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct Config {
+    #[serde(default = "d::vocab_size")]
+    pub vocab_size: usize,
+    #[serde(default = "d::hidden_size")]
+    pub hidden_size: usize,
+    #[serde(default = "d::num_hidden_layers")]
+    pub num_hidden_layers: usize,
+    #[serde(default = "d::num_attention_heads")]
+    pub num_attention_heads: usize,
+    #[serde(default = "d::intermediate_size")]
+    pub intermediate_size: usize,
+    #[serde(default = "d::hidden_act")]
+    pub hidden_act: String,
+    #[serde(default = "d::max_position_embeddings")]
+    pub max_position_embeddings: usize,
+    #[serde(default = "d::layer_norm_eps")]
+    pub layer_norm_eps: f64,
+    #[serde(default = "d::relative_attention_num_buckets")]
+    pub relative_attention_num_buckets: usize,
+    #[serde(default = "d::pad_token_id")]
+    pub pad_token_id: u32,
+}
+
+mod d {
+    pub fn vocab_size() -> usize {
+        30527
+    }
+    pub fn hidden_size() -> usize {
+        768
+    }
+    pub fn num_hidden_layers() -> usize {
+        12
+    }
+    pub fn num_attention_heads() -> usize {
+        12
+    }
+    pub fn intermediate_size() -> usize {
+        3072
+    }
+    pub fn hidden_act() -> String {
+        "gelu".into()
+    }
+    pub fn max_position_embeddings() -> usize {
+        514
+    }
+    pub fn layer_norm_eps() -> f64 {
+        1e-12
+    }
+    pub fn relative_attention_num_buckets() -> usize {
+        32
+    }
+    pub fn pad_token_id() -> u32 {
+        1
+    }
+}
+
+/// transformers' MPNet name -> the shared encoder's (BERT's) name, per layer.
+const LAYER_NAMES: [(&str, &str); 8] = [
+    ("attention.attn.q", "attention.self.query"),
+    ("attention.attn.k", "attention.self.key"),
+    ("attention.attn.v", "attention.self.value"),
+    ("attention.attn.o", "attention.output.dense"),
+    ("attention.LayerNorm", "attention.output.LayerNorm"),
+    ("intermediate.dense", "intermediate.dense"),
+    ("output.dense", "output.dense"),
+    ("output.LayerNorm", "output.LayerNorm"),
+];
+
+/// MPNet's relative positions reach 128 tokens (`MPNetEncoder.relative_position_bucket`).
+const MAX_DISTANCE: usize = 128;
+
+pub struct Model {
+    encoder: Encoder,
+    relative_attention_bias: Embedding,
+    buckets: usize,
+    pooler: Option<Linear>,
+}
+
+pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
+    let vb = with_prefix(vb, &["", "mpnet."], "embeddings.word_embeddings.weight");
+    let pooler = vb
+        .contains_tensor("pooler.dense.weight")
+        .then(|| candle_nn::linear(cfg.hidden_size, cfg.hidden_size, vb.pp("pooler.dense")))
+        .transpose()
+        .map_err(bad_weights)?;
+    let relative_attention_bias = candle_nn::embedding(
+        cfg.relative_attention_num_buckets,
+        cfg.num_attention_heads,
+        vb.pp("encoder.relative_attention_bias"),
+    )
+    .map_err(bad_weights)?;
+    let vb = renamed(
+        &vb,
+        &["word_embeddings.weight", "position_embeddings.weight", "LayerNorm.weight", "LayerNorm.bias"],
+        "encoder.layer",
+        cfg.num_hidden_layers,
+        &LAYER_NAMES,
+        &[],
+    )?;
+    let spec = Spec {
+        vocab_size: cfg.vocab_size,
+        embedding_size: cfg.hidden_size,
+        hidden_size: cfg.hidden_size,
+        num_hidden_layers: cfg.num_hidden_layers,
+        num_attention_heads: cfg.num_attention_heads,
+        intermediate_size: cfg.intermediate_size,
+        hidden_act: &cfg.hidden_act,
+        max_position_embeddings: cfg.max_position_embeddings,
+        type_vocab_size: 0,
+        layer_norm_eps: cfg.layer_norm_eps,
+        positions: Positions::AfterPadding { padding_idx: cfg.pad_token_id },
+    };
+    Ok(Model {
+        encoder: Encoder::load(vb, &spec)?,
+        relative_attention_bias,
+        buckets: cfg.relative_attention_num_buckets,
+        pooler,
+    })
+}
+
+impl Model {
+    pub fn forward(&self, ids: &Tensor, type_ids: &Tensor, mask: &Tensor) -> candle_core::Result<Tensor> {
+        let bias = relative_position_bias(
+            &self.relative_attention_bias,
+            ids.dim(1)?,
+            self.buckets,
+            MAX_DISTANCE,
+            ids.device(),
+        )?;
+        self.encoder.forward_with_bias(ids, type_ids, mask, Some(&bias))
+    }
+
+    pub fn has_pooler(&self) -> bool {
+        self.pooler.is_some()
+    }
+
+    /// transformers' `MPNetPooler`: tanh(dense(hidden[:, 0])).
+    pub fn pooler(&self, hidden: &Tensor) -> candle_core::Result<Option<Tensor>> {
+        use candle_core::IndexOp;
+        self.pooler.as_ref().map(|dense| dense.forward(&hidden.i((.., 0))?)?.tanh()).transpose()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::encoder::relative_position_bucket;
+
+    /// Buckets as transformers' `MPNetEncoder.relative_position_bucket(torch.arange(-40, 41))`
+    /// gives them for 32 buckets.
+    #[test]
+    fn buckets_match_transformers() {
+        let got: Vec<u32> =
+            (-40..=40).map(|r| relative_position_bucket(r, 32, super::MAX_DISTANCE)).collect();
+        // transformers 5.23: MPNetEncoder.relative_position_bucket(torch.arange(-40, 41), num_buckets=32)
+        let want: Vec<u32> = vec![
+            12, 12, 12, 12, 12, 12, 12, 12, 12, 11, 11, 11, 11, 11, 11, 11, 11, 11, 10, 10, 10, 10, 10, 10,
+            10, 9, 9, 9, 9, 8, 8, 8, 8, 7, 6, 5, 4, 3, 2, 1, 0, 17, 18, 19, 20, 21, 22, 23, 24, 24, 24, 24,
+            25, 25, 25, 25, 26, 26, 26, 26, 26, 26, 26, 27, 27, 27, 27, 27, 27, 27, 27, 27, 28, 28, 28, 28,
+            28, 28, 28, 28, 28,
+        ];
+        assert_eq!(got.len(), want.len());
+        assert_eq!(got, want);
+    }
+}
