@@ -54,7 +54,12 @@ FIXTURES = [
     ("mpnet", "mpnet", "wordpiece_mpnet", 38),
     ("t5", "t5", "unigram_t5", 39),
     ("clip", "clip_text_model", "bpe_clip", 40),
+    ("nomic_bert", "nomic_bert", "wordpiece", 41),
 ]
+# Derived fixtures: another directory layout of a fixture's weights, checked against the
+# same transformers outputs. nomic_bert_hub: the layout and config keys of the checkpoints
+# nomic-ai publishes, made by inverting transformers' own nomic_bert conversion mapping.
+DERIVED = {"nomic_bert_hub": "nomic_bert"}
 
 TEXTS = [text for _, text in gf.CASES] + [
     "A much longer input that runs past the local attention window of the tiny ModernBERT and past "
@@ -221,6 +226,10 @@ def architecture(model_type, vocab_size):
                                               relative_attention_max_distance=20, feed_forward_proj="gated-gelu",
                                               pad_token_id=0, eos_token_id=1, decoder_start_token_id=0,
                                               is_encoder_decoder=False, use_cache=False)
+    if model_type == "nomic_bert":
+        return tf.NomicBertModel, tf.NomicBertConfig(
+            vocab_size=vocab_size, hidden_size=HIDDEN, num_hidden_layers=2, num_attention_heads=4,
+            intermediate_size=48, hidden_act="silu", max_position_embeddings=128, type_vocab_size=2, pad_token_id=0)
     if model_type == "clip_text_model":
         return tf.CLIPTextModelWithProjection, tf.CLIPTextConfig(
             vocab_size=vocab_size, hidden_size=HIDDEN, intermediate_size=64, num_hidden_layers=2,
@@ -256,6 +265,42 @@ def build(name, model_type, kind, seed, out_dir):
     model = cls(config).eval()
     randomize(model, seed)
     model.save_pretrained(out_dir, safe_serialization=True)
+
+
+def nomic_hub_layout(src, out_dir):
+    """nomic_bert as nomic-ai saves it: fused Wqkv, fc11 (up) / fc12 (gate) / fc2, norm1 / norm2,
+    emb_ln, encoder.layers.*, and nomic's config keys."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(src, out_dir)
+    w = load_file(os.path.join(src, "model.safetensors"))
+    cfg = json.load(open(os.path.join(src, "config.json")))
+    out = {}
+    for k, v in w.items():
+        if ".self_attn.k_proj." in k or ".self_attn.v_proj." in k:
+            continue
+        if ".self_attn.q_proj." in k:
+            layer = k.split(".")[1]
+            parts = [w[f"layers.{layer}.self_attn.{p}_proj.weight"] for p in "qkv"]
+            out[f"encoder.layers.{layer}.attn.Wqkv.weight"] = torch.cat(parts, 0).contiguous()
+            continue
+        n = k.replace("embeddings.LayerNorm", "emb_ln").replace("self_attn.o_proj", "attn.out_proj")
+        n = n.replace("mlp.up_proj", "mlp.fc11").replace("mlp.gate_proj", "mlp.fc12").replace("mlp.down_proj", "mlp.fc2")
+        n = n.replace("post_attention_layernorm", "norm1").replace("post_mlp_layernorm", "norm2")
+        if n.startswith("layers."):
+            n = "encoder." + n
+        out[n] = v.contiguous()
+    save_file(out, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+    hub = {"model_type": "nomic_bert", "architectures": ["NomicBertModel"], "vocab_size": cfg["vocab_size"],
+           "n_embd": cfg["hidden_size"], "n_layer": cfg["num_hidden_layers"], "n_head": cfg["num_attention_heads"],
+           "n_inner": cfg["intermediate_size"], "activation_function": "swiglu", "n_positions":
+           cfg["max_position_embeddings"], "type_vocab_size": cfg["type_vocab_size"], "layer_norm_epsilon":
+           cfg["layer_norm_eps"], "rotary_emb_base": cfg["rope_parameters"]["rope_theta"], "rotary_emb_fraction": 1.0,
+           "rotary_emb_interleaved": False, "prenorm": False, "qkv_proj_bias": False, "mlp_fc1_bias": False,
+           "mlp_fc2_bias": False, "pad_token_id": cfg["pad_token_id"]}
+    with open(os.path.join(out_dir, "config.json"), "w", encoding="utf-8", newline="\n") as fh:
+        fh.write(json.dumps(hub, indent=2, sort_keys=True) + "\n")
 
 
 def run(name, model_type, out_dir):
@@ -333,6 +378,15 @@ def main() -> int:
                 os.chmod(os.path.join(root, f), 0o644)
         results[name] = run(name, model_type, d)
         print(f"{name}: batched vs single {results[name]['batched_vs_single']:.2e}", file=sys.stderr)
+    for derived, base in DERIVED.items():
+        if base not in results:
+            continue
+        d = os.path.join(out, derived)
+        shutil.rmtree(d, ignore_errors=True)
+        nomic_hub_layout(os.path.join(out, base), d)
+        for f in os.listdir(d):
+            os.chmod(os.path.join(d, f), 0o644)
+        results[derived] = {k: v for k, v in results[base].items() if k != "cases"} | {"derived_from": base}
     header = {"generator": {"script": "scripts/gen_backbone_fixtures.py", "transformers": transformers.__version__,
                             "sentence_transformers": sentence_transformers.__version__, "torch": torch.__version__,
                             "hidden": "Model(**tokenizer(text, truncation=True)).last_hidden_state[0], row-major",

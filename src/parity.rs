@@ -821,7 +821,11 @@ mod backbones {
         model_type: String,
         pooled_by: String,
         hidden_size: usize,
+        #[serde(default)]
         cases: Vec<BackboneCase>,
+        /// Another layout of this fixture's weights: its cases are the base fixture's.
+        #[serde(default)]
+        derived_from: Option<String>,
     }
 
     #[derive(Deserialize)]
@@ -860,12 +864,13 @@ mod backbones {
             )
             .unwrap_or_else(|e| panic!("{name}: {e}"));
             assert_eq!(p.info().architecture, fx.model_type, "{name}");
-            assert!(fx.cases.len() >= 20, "{name}");
+            let cases = fx.derived_from.as_ref().map_or(&fx.cases, |base| &g.fixtures[base].cases);
+            assert!(cases.len() >= 20, "{name}");
             let (mut hidden_worst, mut pooled_worst, mut batch_worst, mut cos_min) = (0f32, 0f32, 0f32, 1f32);
-            let texts: Vec<&str> = fx.cases.iter().map(|c| c.text.as_str()).collect();
+            let texts: Vec<&str> = cases.iter().map(|c| c.text.as_str()).collect();
             let batched = p.hidden_states(&texts).unwrap();
             let batched_pooled = p.embed(&texts).unwrap();
-            for ((c, in_batch), pooled_in_batch) in fx.cases.iter().zip(&batched).zip(&batched_pooled) {
+            for ((c, in_batch), pooled_in_batch) in cases.iter().zip(&batched).zip(&batched_pooled) {
                 let what = format!("{name}/{:?}", c.text);
                 assert_eq!(p.tokenize(&c.text).unwrap(), c.input_ids, "{what}: token ids");
                 let want = rows(&c.hidden, fx.hidden_size);

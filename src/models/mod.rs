@@ -16,11 +16,12 @@ pub mod electra;
 pub mod encoder;
 pub mod modernbert;
 pub mod mpnet;
+pub mod nomic_bert;
 pub mod roberta;
 pub mod t5;
 
 const SUPPORTED: &str =
-    "bert, clip_text_model, deberta-v2, distilbert, electra, modernbert, mpnet, roberta, t5, xlm-roberta";
+    "bert, clip_text_model, deberta-v2, distilbert, electra, modernbert, mpnet, nomic_bert, roberta, t5, xlm-roberta";
 
 /// config.json, dispatched on `model_type`.
 #[derive(Debug, Clone, Deserialize)]
@@ -46,6 +47,8 @@ pub enum BackboneConfig {
     ClipText(clip::Config),
     #[serde(rename = "t5")]
     T5(t5::Config),
+    #[serde(rename = "nomic_bert")]
+    NomicBert(nomic_bert::Config),
 }
 
 impl BackboneConfig {
@@ -79,6 +82,7 @@ impl BackboneConfig {
             BackboneConfig::Mpnet(c) => c.hidden_size,
             BackboneConfig::ClipText(c) => c.hidden_size,
             BackboneConfig::T5(c) => c.d_model,
+            BackboneConfig::NomicBert(c) => c.hidden_size,
         }
     }
 
@@ -116,6 +120,8 @@ impl BackboneConfig {
             // Relative positions: no table bounds the length; sentence-transformers' T5
             // models set their own max_seq_length.
             BackboneConfig::T5(_) => 512,
+            // Rotary positions: the config's length is what the model was trained for.
+            BackboneConfig::NomicBert(c) => c.max_position_embeddings,
         }
     }
 
@@ -130,6 +136,7 @@ impl BackboneConfig {
             BackboneConfig::Mpnet(c) => c.pad_token_id,
             BackboneConfig::ClipText(c) => c.pad_token_id,
             BackboneConfig::T5(c) => c.pad_token_id,
+            BackboneConfig::NomicBert(c) => c.pad_token_id,
         }
     }
 
@@ -145,6 +152,7 @@ impl BackboneConfig {
             BackboneConfig::Mpnet(_) => "mpnet",
             BackboneConfig::ClipText(_) => "clip_text_model",
             BackboneConfig::T5(_) => "t5",
+            BackboneConfig::NomicBert(_) => "nomic_bert",
         }
     }
 
@@ -160,6 +168,7 @@ impl BackboneConfig {
             BackboneConfig::Mpnet(c) => serde_json::to_value(c),
             BackboneConfig::ClipText(c) => serde_json::to_value(c),
             BackboneConfig::T5(c) => serde_json::to_value(c),
+            BackboneConfig::NomicBert(c) => serde_json::to_value(c),
         };
         value.unwrap_or(serde_json::Value::Null)
     }
@@ -175,6 +184,7 @@ pub enum Backbone {
     Mpnet(mpnet::Model),
     ClipText(clip::Model),
     T5(t5::Model),
+    NomicBert(nomic_bert::Model),
 }
 
 impl Backbone {
@@ -191,6 +201,7 @@ impl Backbone {
             BackboneConfig::Mpnet(c) => Backbone::Mpnet(mpnet::load(vb, c)?),
             BackboneConfig::ClipText(c) => Backbone::ClipText(clip::load(vb, c)?),
             BackboneConfig::T5(c) => Backbone::T5(t5::load(vb, c)?),
+            BackboneConfig::NomicBert(c) => Backbone::NomicBert(nomic_bert::load(vb, c)?),
         })
     }
 
@@ -206,6 +217,7 @@ impl Backbone {
             Backbone::Mpnet(m) => m.forward(ids, type_ids, mask),
             Backbone::ClipText(m) => m.forward(ids, type_ids, mask),
             Backbone::T5(m) => m.forward(ids, type_ids, mask),
+            Backbone::NomicBert(m) => m.forward(ids, type_ids, mask),
         }
     }
 
