@@ -60,6 +60,10 @@ FIXTURES = [
 # same transformers outputs. nomic_bert_hub: the layout and config keys of the checkpoints
 # nomic-ai publishes, made by inverting transformers' own nomic_bert conversion mapping.
 DERIVED = {"nomic_bert_hub": "nomic_bert"}
+# sentence-transformers models around a fixture's backbone, with their own pooled outputs:
+# t5_sentence is sentence-t5's layout (T5 encoder, mean pooling, a bias-free Identity Dense
+# projection, Normalize).
+SENTENCE_MODELS = {"t5_sentence": "t5"}
 
 TEXTS = [text for _, text in gf.CASES] + [
     "A much longer input that runs past the local attention window of the tiny ModernBERT and past "
@@ -303,6 +307,28 @@ def nomic_hub_layout(src, out_dir):
         fh.write(json.dumps(hub, indent=2, sort_keys=True) + "\n")
 
 
+def sentence_t5(src, out_dir):
+    """A sentence-transformers model directory: Transformer(src) -> mean -> Dense -> Normalize;
+    returns its encode() outputs for TEXTS."""
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Dense, Normalize, Pooling, Transformer
+
+    te = Transformer(src, max_seq_length=MAX_LENGTH)
+    dim = te.get_embedding_dimension()
+    dense = Dense(dim, 16, bias=False, activation_function=torch.nn.Identity())
+    g = torch.Generator().manual_seed(42)
+    with torch.no_grad():
+        dense.linear.weight.copy_(torch.randn(dense.linear.weight.shape, generator=g) * gf.INIT_STD)
+    st = SentenceTransformer(modules=[te, Pooling(dim, "mean"), dense, Normalize()], device="cpu")
+    st.save(out_dir, create_model_card=False, safe_serialization=True)
+    for root, dirs, files in os.walk(out_dir):
+        for f in files:
+            os.chmod(os.path.join(root, f), 0o644)
+    reloaded = SentenceTransformer(out_dir, device="cpu")
+    return reloaded.encode(TEXTS, batch_size=len(TEXTS), convert_to_numpy=True)
+
+
 def run(name, model_type, out_dir):
     import numpy as np
     import torch
@@ -387,6 +413,14 @@ def main() -> int:
         for f in os.listdir(d):
             os.chmod(os.path.join(d, f), 0o644)
         results[derived] = {k: v for k, v in results[base].items() if k != "cases"} | {"derived_from": base}
+    for derived, base in SENTENCE_MODELS.items():
+        if base not in results:
+            continue
+        d = os.path.join(out, derived)
+        shutil.rmtree(d, ignore_errors=True)
+        pooled = sentence_t5(os.path.join(out, base), d)
+        results[derived] = {k: v for k, v in results[base].items() if k != "cases"} | {
+            "derived_from": base, "pooled_by": "sentence_transformers", "pooled": [gf.floats(v) for v in pooled]}
     header = {"generator": {"script": "scripts/gen_backbone_fixtures.py", "transformers": transformers.__version__,
                             "sentence_transformers": sentence_transformers.__version__, "torch": torch.__version__,
                             "hidden": "Model(**tokenizer(text, truncation=True)).last_hidden_state[0], row-major",
