@@ -20,7 +20,7 @@ FROM fixture, golden, LATERAL embed.register_model(f, 'classify/' || f) AS r ORD
 
 -- Logits of every golden case (single inputs and pairs) within 1e-4 of transformers.
 SELECT f AS fixture, count(*) AS cases,
-       bool_and((SELECT max(abs(x - y)) FROM unnest(got, want) AS u(x, y)) <= 1e-4) AS within_1e4
+       bool_and(cardinality(got) = cardinality(want) AND (SELECT max(abs(x - y)) FROM unnest(got, want) AS u(x, y)) <= 1e-4) AS within_1e4
 FROM fixture, golden,
      LATERAL (
          SELECT CASE WHEN c ? 'pair' THEN classify(f, c ->> 'text', c ->> 'pair') ELSE classify(f, c ->> 'text') END AS got,
