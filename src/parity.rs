@@ -851,6 +851,48 @@ mod backbones {
         got.iter().zip(want).map(|(g, w)| max_abs_diff(g, w)).fold(0f32, f32::max)
     }
 
+    /// A copy of backbone fixture `name` with config.json edited, loaded.
+    fn edited(name: &str, edit: impl FnOnce(&mut serde_json::Value)) -> crate::error::Result<Pipeline> {
+        let src = root().join("tests/fixtures/backbones").join(name);
+        let dir = std::env::temp_dir().join(format!("pg_embed_bb_{name}_{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        for entry in std::fs::read_dir(&src).unwrap() {
+            let path = entry.unwrap().path();
+            std::fs::copy(&path, dir.join(path.file_name().unwrap())).unwrap();
+        }
+        let mut cfg: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(src.join("config.json")).unwrap()).unwrap();
+        edit(&mut cfg);
+        std::fs::write(dir.join("config.json"), serde_json::to_vec(&cfg).unwrap()).unwrap();
+        let r = Pipeline::load(&dir, &Options::default());
+        let _ = std::fs::remove_dir_all(&dir);
+        r
+    }
+
+    /// Settings the backbones do not implement are load errors naming the setting and the
+    /// value, never silently different numbers.
+    #[test]
+    fn unimplemented_settings_are_named() {
+        use crate::error::Error;
+        let cases: [(&str, &str, serde_json::Value, &str); 6] = [
+            ("nomic_bert_hub", "prenorm", true.into(), "prenorm"),
+            ("nomic_bert_hub", "rotary_emb_fraction", 0.5.into(), "rotary_emb_fraction"),
+            ("modernbert", "attention_bias", true.into(), "attention_bias"),
+            ("deberta_v2", "conv_kernel_size", 3.into(), "conv_kernel_size"),
+            ("t5", "feed_forward_proj", "gated-mish".into(), "feed_forward_proj"),
+            ("clip", "hidden_act", "gelu".into(), "hidden_act"),
+        ];
+        for (name, key, value, what) in cases {
+            let e = edited(name, |c| c[key] = value.clone())
+                .err()
+                .unwrap_or_else(|| panic!("{name}: {key} accepted"));
+            assert!(matches!(e, Error::Unsupported { what: w, .. } if w == what), "{name}/{key}: {e}");
+        }
+        // Unchanged copies load.
+        assert!(edited("nomic_bert_hub", |_| {}).is_ok());
+    }
+
     #[test]
     fn hidden_states_and_pooled_outputs_match_transformers() {
         let path = root().join("tests/fixtures/backbones/golden.json");

@@ -56,6 +56,10 @@ pub struct Config {
     pub mlp_fc1_bias: Option<bool>,
     #[serde(default)]
     pub mlp_fc2_bias: Option<bool>,
+    #[serde(default)]
+    pub rotary_scaling_factor: Option<f64>,
+    #[serde(default)]
+    pub causal: Option<bool>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -128,22 +132,38 @@ impl Config {
             "gelu" | "geglu" => Activation::Gelu,
             other => return Err(unsupported("hidden_act", other, "silu, swiglu, gelu, geglu")),
         };
+        // Settings of nomic-ai's config that would change the numbers: refused unless they
+        // have the values of the published models.
+        let bad = |set: bool, value: String| set.then_some(value);
+        let head_dim_differs = self.head_dim.is_some_and(|d| {
+            self.num_attention_heads == 0 || d != self.hidden_size / self.num_attention_heads
+        });
         let flags = [
-            ("rotary_emb_fraction", self.rotary_emb_fraction.is_some_and(|f| f != 1.0)),
-            ("rotary_emb_interleaved", self.rotary_emb_interleaved == Some(true)),
-            ("prenorm", self.prenorm == Some(true)),
-            ("qkv_proj_bias", self.qkv_proj_bias == Some(true)),
-            ("mlp_fc1_bias", self.mlp_fc1_bias == Some(true)),
-            ("mlp_fc2_bias", self.mlp_fc2_bias == Some(true)),
             (
-                "head_dim",
-                self.head_dim.is_some_and(|d| {
-                    self.num_attention_heads == 0 || d != self.hidden_size / self.num_attention_heads
-                }),
+                "rotary_emb_fraction",
+                bad(
+                    self.rotary_emb_fraction.is_some_and(|f| f != 1.0),
+                    format!("{:?}", self.rotary_emb_fraction),
+                ),
             ),
+            ("rotary_emb_interleaved", bad(self.rotary_emb_interleaved == Some(true), "true".into())),
+            ("prenorm", bad(self.prenorm == Some(true), "true".into())),
+            ("qkv_proj_bias", bad(self.qkv_proj_bias == Some(true), "true".into())),
+            ("mlp_fc1_bias", bad(self.mlp_fc1_bias == Some(true), "true".into())),
+            ("mlp_fc2_bias", bad(self.mlp_fc2_bias == Some(true), "true".into())),
+            (
+                "rotary_scaling_factor",
+                bad(self.rotary_scaling_factor.is_some(), format!("{:?}", self.rotary_scaling_factor)),
+            ),
+            ("causal", bad(self.causal == Some(true), "true".into())),
+            ("head_dim", bad(head_dim_differs, format!("{:?}", self.head_dim))),
         ];
-        if let Some((what, _)) = flags.iter().find(|(_, set)| *set) {
-            return Err(unsupported(what, "this value", "the values of nomic-embed-text (1.0, false)"));
+        if let Some((what, Some(value))) = flags.iter().find(|(_, v)| v.is_some()) {
+            return Err(unsupported(
+                what,
+                value,
+                "the published nomic-embed-text settings: rotary_emb_fraction 1.0, head_dim hidden_size / heads, the others false or null",
+            ));
         }
         if let Some(t) =
             self.rope_parameters.as_ref().and_then(|p| p.rope_type.as_deref()).filter(|t| *t != "default")
