@@ -5,6 +5,13 @@ use std::ffi::CString;
 use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
 
 static MODEL_DIR: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+static THREADS: GucSetting<i32> = GucSetting::<i32>::new(0);
+static MAX_BATCH_TOKENS: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_MAX_BATCH_TOKENS);
+
+/// Padded tokens per forward pass of the array and rerank forms: bounds activation memory
+/// (for a 12-layer, 384-wide model about 10 MB of activations per 1,000 tokens at short
+/// lengths; attention adds batch x heads x length^2 floats).
+const DEFAULT_MAX_BATCH_TOKENS: i32 = 4096;
 
 pub fn register() {
     GucRegistry::define_string_guc(
@@ -15,6 +22,39 @@ pub fn register() {
         GucContext::Suset,
         GucFlags::default(),
     );
+    GucRegistry::define_int_guc(
+        c"pg_embed.threads",
+        c"Compute threads per backend for inference (0: one per core).",
+        c"Each backend computes on its own pool of this many threads; with several busy backends, a lower value avoids oversubscribing the cores.",
+        &THREADS,
+        0,
+        1024,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"pg_embed.max_batch_tokens",
+        c"Most padded tokens in one forward pass of embed(model, text[]) and rerank.",
+        c"Inputs are grouped by length into batches of at most this many tokens (count x longest); a longer single input runs alone.",
+        &MAX_BATCH_TOKENS,
+        1,
+        1_000_000,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
+}
+
+/// `pg_embed.threads`, with 0 resolved to the machine's cores.
+pub fn threads() -> usize {
+    match THREADS.get() {
+        n if n > 0 => n as usize,
+        _ => crate::threads::available(),
+    }
+}
+
+/// `pg_embed.max_batch_tokens`.
+pub fn max_batch_tokens() -> usize {
+    MAX_BATCH_TOKENS.get().max(1) as usize
 }
 
 /// `pg_embed.model_dir`, or "" when unset.

@@ -1,7 +1,8 @@
 //! pg_embed: transformer models inside PostgreSQL.
 //!
 //! Layout: `sql`, `guc`, `catalog` and `cache` are the pgrx edge; `pipeline`, `models`,
-//! `pooling`, `heads`, `classifier`, `st`, `options`, `source` and `error` are plain Rust.
+//! `pooling`, `heads`, `classifier`, `st`, `options`, `source`, `threads` and `error` are
+//! plain Rust.
 
 ::pgrx::pg_module_magic!(name, version);
 
@@ -20,6 +21,7 @@ pub mod pooling;
 mod source;
 mod sql;
 pub mod st;
+pub mod threads;
 
 #[cfg(test)]
 mod parity;

@@ -133,6 +133,35 @@ fn minilm_padded_batch_matches_sentence_transformers() {
     }
 }
 
+/// The array form's batches (grouped by length under a token budget, on 1 or 2 threads)
+/// give what one input at a time gives, within 1e-5, in input order.
+#[test]
+fn length_grouped_batches_equal_one_by_one() {
+    let g = golden();
+    let p = minilm();
+    let texts: Vec<&str> = g.cases.iter().map(|c| c.text.as_str()).collect();
+    let single: Vec<Vec<f32>> = texts.iter().map(|t| p.embed(&[t]).unwrap().remove(0)).collect();
+    let longest = texts.iter().map(|t| p.tokenize(t).unwrap().len()).max().unwrap();
+    for (budget, threads) in [(1, 1), (longest, 2), (4 * longest, 1), (usize::MAX, 2)] {
+        let mut batches = 0;
+        let got = p
+            .embed_batched(&texts, budget, threads, || {
+                batches += 1;
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(got.len(), texts.len());
+        let worst = got.iter().zip(&single).map(|(a, b)| max_abs_diff(a, b)).fold(0f32, f32::max);
+        assert!(worst <= 1e-5, "budget {budget}, {threads} threads: max abs diff {worst}");
+        eprintln!("budget {budget}: {batches} batches, batched vs one by one {worst:e}");
+    }
+    // A cancel between batches stops the work with its error.
+    let err = p
+        .embed_batched(&texts, 1, 1, || Err(crate::error::Error::Inference("cancelled".into())))
+        .unwrap_err();
+    assert_eq!(err.to_string(), "inference failed: cancelled");
+}
+
 #[test]
 fn minilm_without_normalize_matches_the_pooled_output() {
     let g = golden();

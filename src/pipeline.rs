@@ -357,14 +357,50 @@ impl Pipeline {
     /// sentence-transformers' `encode(..., prompt_name=...)` does: `None` is the default
     /// prompt (if any), `Some("")` no prompt.
     pub fn embed_with_prompt(&self, texts: &[&str], prompt_name: Option<&str>) -> Result<Vec<Vec<f32>>> {
+        let encoded = self.encode_all(texts, prompt_name)?;
+        self.embed_encoded(&encoded)
+    }
+
+    /// Embeds many inputs (default prompt) in batches of at most `max_batch_tokens` padded
+    /// tokens (a longer single input is its own batch), grouped by length so padding stays
+    /// small, each computed on `threads` threads; `before_batch` runs on the calling thread
+    /// before each batch (interrupt checks). One vector per input, in input order.
+    pub fn embed_batched(
+        &self,
+        texts: &[&str],
+        max_batch_tokens: usize,
+        threads: usize,
+        mut before_batch: impl FnMut() -> Result<()>,
+    ) -> Result<Vec<Vec<f32>>> {
+        let encoded = self.encode_all(texts, None)?;
+        let lengths: Vec<usize> = encoded.iter().map(|(ids, _)| ids.len()).collect();
+        let mut out: Vec<Vec<f32>> = vec![Vec::new(); encoded.len()];
+        for batch in length_batches(&lengths, max_batch_tokens) {
+            before_batch()?;
+            let rows: Vec<(Vec<u32>, usize)> = batch.iter().map(|&i| encoded[i].clone()).collect();
+            let vectors = crate::threads::run(threads, || self.embed_encoded(&rows))??;
+            for (i, v) in batch.into_iter().zip(vectors) {
+                out[i] = v;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Token ids and the pooling skip of each input, with the named prompt (see
+    /// `embed_with_prompt`).
+    fn encode_all(&self, texts: &[&str], prompt_name: Option<&str>) -> Result<Vec<(Vec<u32>, usize)>> {
         if self.classifier.is_some() {
             return Err(Error::WrongTask { task: "classify", call: "embed" });
         }
-        if texts.is_empty() {
+        let prompt = self.prompt(prompt_name)?;
+        texts.iter().map(|t| self.encode_prompted(t, prompt)).collect()
+    }
+
+    /// One padded batch of encoded inputs through backbone, pooling, heads, normalize.
+    fn embed_encoded(&self, encoded: &[(Vec<u32>, usize)]) -> Result<Vec<Vec<f32>>> {
+        if encoded.is_empty() {
             return Ok(Vec::new());
         }
-        let prompt = self.prompt(prompt_name)?;
-        let encoded = texts.iter().map(|t| self.encode_prompted(t, prompt)).collect::<Result<Vec<_>>>()?;
         let rows: Vec<(&[u32], Option<&[u32]>, usize)> =
             encoded.iter().map(|(ids, skip)| (ids.as_slice(), None, *skip)).collect();
         let run = || -> candle_core::Result<Vec<Vec<f32>>> {
@@ -448,22 +484,41 @@ impl Pipeline {
         (!pair.is_empty()).then_some(pair)
     }
 
-    /// Raw logits [num_labels] per input (or sentence pair), in input order.
+    /// Raw logits [num_labels] per input (or sentence pair), in input order, as one batch.
     pub fn classify(&self, inputs: &[(&str, Option<&str>)]) -> Result<Vec<Vec<f32>>> {
+        self.classify_batched(inputs, usize::MAX, crate::threads::available(), || Ok(()))
+    }
+
+    /// As `classify`, in length-grouped batches of at most `max_batch_tokens` padded tokens
+    /// on `threads` threads, with `before_batch` on the calling thread before each batch.
+    pub fn classify_batched(
+        &self,
+        inputs: &[(&str, Option<&str>)],
+        max_batch_tokens: usize,
+        threads: usize,
+        mut before_batch: impl FnMut() -> Result<()>,
+    ) -> Result<Vec<Vec<f32>>> {
         let classifier = self.classifier()?;
-        if inputs.is_empty() {
-            return Ok(Vec::new());
-        }
         let encoded = inputs.iter().map(|(t, p)| self.tokenize_pair(t, *p)).collect::<Result<Vec<_>>>()?;
-        let rows: Vec<(&[u32], Option<&[u32]>, usize)> =
-            encoded.iter().map(|(ids, types)| (ids.as_slice(), Some(types.as_slice()), 0)).collect();
-        let run = || -> candle_core::Result<Vec<Vec<f32>>> {
-            let (ids, type_ids, mask, _) = self.batch(&rows)?;
-            let hidden = self.backbone.forward(&ids, &type_ids, &mask)?;
-            let pooler = if classifier.needs_pooler() { self.backbone.pooler(&hidden, &ids)? } else { None };
-            classifier.forward(&hidden, &mask, pooler.as_ref())?.to_vec2()
-        };
-        run().map_err(Error::inference)
+        let lengths: Vec<usize> = encoded.iter().map(|(ids, _)| ids.len()).collect();
+        let mut out: Vec<Vec<f32>> = vec![Vec::new(); encoded.len()];
+        for batch in length_batches(&lengths, max_batch_tokens) {
+            before_batch()?;
+            let rows: Vec<(&[u32], Option<&[u32]>, usize)> =
+                batch.iter().map(|&i| (encoded[i].0.as_slice(), Some(encoded[i].1.as_slice()), 0)).collect();
+            let run = || -> candle_core::Result<Vec<Vec<f32>>> {
+                let (ids, type_ids, mask, _) = self.batch(&rows)?;
+                let hidden = self.backbone.forward(&ids, &type_ids, &mask)?;
+                let pooler =
+                    if classifier.needs_pooler() { self.backbone.pooler(&hidden, &ids)? } else { None };
+                classifier.forward(&hidden, &mask, pooler.as_ref())?.to_vec2()
+            };
+            let logits = crate::threads::run(threads, || run().map_err(Error::inference))??;
+            for (i, l) in batch.into_iter().zip(logits) {
+                out[i] = l;
+            }
+        }
+        Ok(out)
     }
 
     /// A right-padded batch: ids, type ids, attention mask, and the pooling mask (which
@@ -495,6 +550,27 @@ impl Pipeline {
             Tensor::from_vec(pool_mask, shape, &self.device)?,
         ))
     }
+}
+
+/// Input indices grouped into batches by length: sorted by token count (ties in input
+/// order), each batch as large as fits `max_batch_tokens` padded tokens (count x its
+/// longest), at least one input each.
+pub fn length_batches(lengths: &[usize], max_batch_tokens: usize) -> Vec<Vec<usize>> {
+    let mut order: Vec<usize> = (0..lengths.len()).collect();
+    order.sort_by_key(|&i| lengths[i]);
+    let mut batches: Vec<Vec<usize>> = Vec::new();
+    let mut current: Vec<usize> = Vec::new();
+    for i in order {
+        // Sorted ascending: the newest input is the batch's longest.
+        if !current.is_empty() && (current.len() + 1) * lengths[i] > max_batch_tokens {
+            batches.push(std::mem::take(&mut current));
+        }
+        current.push(i);
+    }
+    if !current.is_empty() {
+        batches.push(current);
+    }
+    batches
 }
 
 fn known_prompts(prompts: &BTreeMap<String, String>) -> String {
@@ -580,6 +656,22 @@ pub(crate) fn load_weights(dir: &Path, device: &Device) -> Result<(VarBuilder<'s
     let tensors = read_safetensors(&dir.join("model.safetensors"))?;
     let parameters = tensors.values().map(Tensor::elem_count).sum();
     Ok((VarBuilder::from_tensors(tensors, DType::F32, device), parameters))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::length_batches;
+
+    #[test]
+    fn batches_group_by_length_under_the_budget() {
+        let lengths = [5, 2, 9, 2, 3, 12];
+        // Sorted: 2 (1), 2 (3), 3 (4), 5 (0), 9 (2), 12 (5); count x longest <= 12.
+        assert_eq!(length_batches(&lengths, 12), vec![vec![1, 3, 4], vec![0], vec![2], vec![5]]);
+        // Every input alone when the budget is below any length; all together when large.
+        assert_eq!(length_batches(&lengths, 1).len(), 6);
+        assert_eq!(length_batches(&lengths, 1000), vec![vec![1, 3, 4, 0, 2, 5]]);
+        assert!(length_batches(&[], 10).is_empty());
+    }
 }
 
 /// Broken and unsupported model directories: each is a clear error naming the file and

@@ -6,7 +6,9 @@ use pgrx::JsonB;
 
 use crate::cache;
 use crate::error::{Error, Result, SqlState};
+use crate::guc;
 use crate::pipeline::Pipeline;
+use crate::threads;
 
 fn sqlerrcode(state: SqlState) -> PgSqlErrorCode {
     use PgSqlErrorCode::*;
@@ -66,8 +68,30 @@ fn embed_with_prompt(model: &str, input: &str, prompt_name: &str) -> Vec<f32> {
 fn embed_one(model: &str, input: &str, prompt_name: Option<&str>) -> Vec<f32> {
     let (pipeline, _) = cache::get(model).or_raise();
     pgrx::check_for_interrupts!();
-    let mut vectors = pipeline.embed_with_prompt(&[input], prompt_name).or_raise();
+    let pipeline: &Pipeline = &pipeline;
+    let mut vectors = threads::run(guc::threads(), || pipeline.embed_with_prompt(&[input], prompt_name))
+        .and_then(|r| r)
+        .or_raise();
     vectors.pop().unwrap_or_else(|| raise(Error::Inference("no output for the input".into())))
+}
+
+/// `embed(model, inputs text[])`: one row per input, in input order (a NULL element gives a
+/// NULL row), computed in batches of up to `pg_embed.max_batch_tokens` tokens grouped by
+/// length; cancel and statement_timeout are checked between batches.
+#[pg_extern(immutable, strict, parallel_safe, name = "embed")]
+fn embed_array(model: &str, inputs: pgrx::Array<&str>) -> SetOfIterator<'static, Option<Vec<f32>>> {
+    let (pipeline, _) = cache::get(model).or_raise();
+    let all: Vec<Option<&str>> = inputs.iter().collect();
+    let present: Vec<&str> = all.iter().flatten().copied().collect();
+    let mut vectors = pipeline
+        .embed_batched(&present, guc::max_batch_tokens(), guc::threads(), || {
+            pgrx::check_for_interrupts!();
+            Ok(())
+        })
+        .or_raise()
+        .into_iter();
+    let rows: Vec<Option<Vec<f32>>> = all.iter().map(|input| input.and_then(|_| vectors.next())).collect();
+    SetOfIterator::new(rows)
 }
 
 /// `classify(model, input)`: the raw logits of a sequence-classification model.
@@ -84,9 +108,19 @@ fn classify_pair(model: &str, input: &str, pair: &str) -> Vec<f32> {
 
 fn logits(model: &str, input: &str, pair: Option<&str>) -> Vec<f32> {
     let (pipeline, _) = cache::get(model).or_raise();
-    pgrx::check_for_interrupts!();
-    let mut out = pipeline.classify(&[(input, pair)]).or_raise();
+    let mut out = classify_batched(&pipeline, &[(input, pair)]);
     out.pop().unwrap_or_else(|| raise(Error::Inference("no output for the input".into())))
+}
+
+/// Logits of `inputs` in batches of up to `pg_embed.max_batch_tokens` tokens on
+/// `pg_embed.threads` threads, checking for cancel before each batch.
+fn classify_batched(pipeline: &Pipeline, inputs: &[(&str, Option<&str>)]) -> Vec<Vec<f32>> {
+    pipeline
+        .classify_batched(inputs, guc::max_batch_tokens(), guc::threads(), || {
+            pgrx::check_for_interrupts!();
+            Ok(())
+        })
+        .or_raise()
 }
 
 /// `classify_labels(model, input)`: (label, score) best first; softmax for
@@ -112,14 +146,13 @@ fn classify_labels_pair(
 fn label_scores(model: &str, input: &str, pair: Option<&str>) -> TableIterator<'static, (String, f32)> {
     let (pipeline, _) = cache::get(model).or_raise();
     let classifier = pipeline.classifier().or_raise();
-    pgrx::check_for_interrupts!();
-    let logits = pipeline.classify(&[(input, pair)]).or_raise();
+    let logits = classify_batched(&pipeline, &[(input, pair)]);
     TableIterator::new(logits.first().map(|l| classifier.scores(l)).unwrap_or_default())
 }
 
 /// `rerank(model, query, documents)`: (idx, score) best first, idx 1-based into
 /// `documents`; scores as sentence-transformers' CrossEncoder.predict reports them.
-/// The documents are scored as one batch.
+/// The documents are scored in batches of up to `pg_embed.max_batch_tokens` tokens.
 #[pg_extern(immutable, strict, parallel_safe)]
 fn rerank(
     model: &str,
@@ -138,8 +171,7 @@ fn rerank(
             None => raise(Error::NullElement { what: "documents", index: i + 1 }),
         }
     }
-    pgrx::check_for_interrupts!();
-    let logits = pipeline.classify(&inputs).or_raise();
+    let logits = classify_batched(&pipeline, &inputs);
     let mut scored: Vec<(i32, f32)> = logits
         .iter()
         .enumerate()

@@ -50,6 +50,48 @@ mod tests {
         assert!((norm - 1.0).abs() < 1e-5, "norm {norm}");
     }
 
+    /// `embed(model, text[])`: a row per element in order, NULL rows for NULL elements,
+    /// each equal to the single-input call within 1e-5, whatever the batch budget.
+    #[pg_test]
+    fn embed_of_an_array_is_one_row_per_input_in_order() {
+        register("minilm");
+        let texts =
+            ["a longer sentence about the database and its vectors", "short", "", "middle sized input"];
+        for budget in [1, 16, 4096] {
+            Spi::run(&format!("SET LOCAL pg_embed.max_batch_tokens = {budget}")).unwrap();
+            let rows: Vec<Option<Vec<f32>>> = Spi::connect(|client| {
+                client
+                    .select(
+                        "SELECT e FROM embed('minilm', ARRAY['a longer sentence about the database and its vectors', NULL, 'short', '', 'middle sized input']) WITH ORDINALITY AS t(e, i) ORDER BY i",
+                        None,
+                        &[],
+                    )
+                    .unwrap()
+                    .map(|row| row.get::<Vec<f32>>(1).unwrap())
+                    .collect()
+            });
+            assert_eq!(rows.len(), 5, "budget {budget}");
+            assert!(rows[1].is_none(), "a NULL element gives a NULL row");
+            let present: Vec<&Vec<f32>> = rows.iter().flatten().collect();
+            for (got, text) in present.iter().zip(texts) {
+                let want = embed_sql("minilm", text);
+                let d = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+                assert!(got.len() == 384 && d <= 1e-5, "budget {budget}, {text:?}: {d}");
+            }
+        }
+        let none = Spi::get_one::<i64>("SELECT count(*) FROM embed('minilm', '{}'::text[])").unwrap();
+        assert_eq!(none, Some(0));
+        let null_array = Spi::get_one::<i64>("SELECT count(*) FROM embed('minilm', NULL::text[])").unwrap();
+        assert_eq!(null_array, Some(0));
+        // Thread count: the same vectors on one thread.
+        Spi::run("SET LOCAL pg_embed.threads = 1").unwrap();
+        let one = embed_sql("minilm", "short");
+        Spi::run("SET LOCAL pg_embed.threads = 2").unwrap();
+        let two = embed_sql("minilm", "short");
+        let d = one.iter().zip(&two).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        assert!(d <= 1e-5, "1 vs 2 threads: {d}");
+    }
+
     #[pg_test]
     fn embed_of_null_is_null_and_empty_text_embeds() {
         register("minilm");
@@ -58,7 +100,7 @@ mod tests {
         for text in ["", "   ", "\t\n"] {
             assert_eq!(embed_sql("minilm", text).len(), 384, "{text:?}");
         }
-        // sentence-transformers strips inputs: surrounding whitespace changes nothing.
+        // BERT's tokenizer drops surrounding whitespace (inputs are not stripped otherwise).
         assert_eq!(embed_sql("minilm", "  hello world \n"), embed_sql("minilm", "hello world"));
     }
 

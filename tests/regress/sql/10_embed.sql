@@ -46,6 +46,24 @@ SELECT (embed('minilm', 'A man is playing a guitar.')::vector <=> embed('minilm'
      < (embed('minilm', 'A man is playing a guitar.')::vector <=> embed('minilm', 'The stock market fell today.')::vector)
     AS paraphrase_is_closer;
 
+-- The array form: a row per input in order, a NULL row for a NULL element, each equal to
+-- the single-input call within 1e-5, with batches of one input (budget 8 tokens) and of all.
+CREATE TABLE inputs AS
+SELECT * FROM unnest(ARRAY['A longer sentence about the database and the vectors it keeps.', NULL, 'short',
+                           '', 'middle sized input text', 'déjà vu, 東京, 🎉']) WITH ORDINALITY AS u(x, i);
+CREATE FUNCTION pg_temp.array_check() RETURNS TABLE (rows bigint, vectors bigint, nulls_in_place bool, equal_single bool)
+LANGUAGE sql AS $$
+    SELECT count(*), count(t.e), bool_and(t.e IS NULL = (u.x IS NULL)),
+           bool_and(u.x IS NULL OR (SELECT max(abs(p - q)) FROM unnest(t.e, embed('minilm', u.x)) AS z(p, q)) <= 1e-5)
+    FROM embed('minilm', (SELECT array_agg(x ORDER BY i) FROM inputs)) WITH ORDINALITY AS t(e, i) JOIN inputs u USING (i)
+$$;
+SET pg_embed.max_batch_tokens = 8;
+SELECT * FROM pg_temp.array_check();
+RESET pg_embed.max_batch_tokens;
+SELECT * FROM pg_temp.array_check();
+SELECT count(*) AS rows FROM embed('minilm', '{}'::text[]);
+DROP TABLE inputs;
+
 -- Errors: SQLSTATE and message.
 SELECT pg_temp.err($$SELECT embed('nope', 'x')$$);
 SELECT pg_temp.err($$SELECT embed.drop_model('nope')$$);
