@@ -175,6 +175,30 @@ fn minilm_without_normalize_matches_the_pooled_output() {
     }
 }
 
+/// Loads a copy of the model directory `src` (its top-level files) with config.json edited.
+fn load_edited(
+    src: &Path,
+    tag: &str,
+    edit: impl FnOnce(&mut serde_json::Value),
+) -> crate::error::Result<Pipeline> {
+    let dir = std::env::temp_dir().join(format!("pg_embed_edited_{tag}_{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for entry in std::fs::read_dir(src).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_file() {
+            std::fs::copy(&path, dir.join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    let mut cfg: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(src.join("config.json")).unwrap()).unwrap();
+    edit(&mut cfg);
+    std::fs::write(dir.join("config.json"), serde_json::to_vec(&cfg).unwrap()).unwrap();
+    let r = Pipeline::load(&dir, &Options::default());
+    let _ = std::fs::remove_dir_all(&dir);
+    r
+}
+
 /// tests/fixtures: tiny seeded random sentence-transformers models made by
 /// scripts/gen_fixtures.py, with sentence-transformers' outputs in golden.json.
 #[derive(Deserialize)]
@@ -766,20 +790,7 @@ mod classify {
 
     /// A copy of bert_single_label with its config.json edited.
     fn edited(tag: &str, edit: impl FnOnce(&mut serde_json::Value)) -> crate::error::Result<Pipeline> {
-        let src = root().join("tests/fixtures/classify/bert_single_label");
-        let dir = std::env::temp_dir().join(format!("pg_embed_cls_{tag}_{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        for f in ["model.safetensors", "tokenizer.json", "tokenizer_config.json"] {
-            std::fs::copy(src.join(f), dir.join(f)).unwrap();
-        }
-        let mut cfg: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(src.join("config.json")).unwrap()).unwrap();
-        edit(&mut cfg);
-        std::fs::write(dir.join("config.json"), serde_json::to_vec(&cfg).unwrap()).unwrap();
-        let r = Pipeline::load(&dir, &Options::default());
-        let _ = std::fs::remove_dir_all(&dir);
-        r
+        load_edited(&root().join("tests/fixtures/classify/bert_single_label"), tag, edit)
     }
 
     #[test]
@@ -882,21 +893,7 @@ mod backbones {
 
     /// A copy of backbone fixture `name` with config.json edited, loaded.
     fn edited(name: &str, edit: impl FnOnce(&mut serde_json::Value)) -> crate::error::Result<Pipeline> {
-        let src = root().join("tests/fixtures/backbones").join(name);
-        let dir = std::env::temp_dir().join(format!("pg_embed_bb_{name}_{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        for entry in std::fs::read_dir(&src).unwrap() {
-            let path = entry.unwrap().path();
-            std::fs::copy(&path, dir.join(path.file_name().unwrap())).unwrap();
-        }
-        let mut cfg: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(src.join("config.json")).unwrap()).unwrap();
-        edit(&mut cfg);
-        std::fs::write(dir.join("config.json"), serde_json::to_vec(&cfg).unwrap()).unwrap();
-        let r = Pipeline::load(&dir, &Options::default());
-        let _ = std::fs::remove_dir_all(&dir);
-        r
+        load_edited(&root().join("tests/fixtures/backbones").join(name), name, edit)
     }
 
     /// Settings the backbones do not implement are load errors naming the setting and the
