@@ -1,8 +1,8 @@
 //! pg_embed: transformer models inside PostgreSQL.
 //!
 //! Layout: `sql`, `guc`, `catalog` and `cache` are the pgrx edge; `pipeline`, `models`,
-//! `pooling`, `heads`, `classifier`, `st`, `options`, `source`, `threads` and `error` are
-//! plain Rust.
+//! `pooling`, `heads`, `classifier`, `kernels`, `st`, `options`, `source`, `threads` and
+//! `error` are plain Rust.
 
 ::pgrx::pg_module_magic!(name, version);
 
@@ -14,6 +14,7 @@ pub mod classifier;
 pub mod error;
 mod guc;
 pub mod heads;
+pub mod kernels;
 pub mod models;
 pub mod options;
 pub mod pipeline;

@@ -48,8 +48,13 @@ const COSINE_MIN: f32 = 0.9999;
 /// all-MiniLM-L6-v2 (6 layers, 384 wide).
 const ABS_TOL: f32 = 1e-4;
 /// The tiny fixtures are exact in f32 up to summation order (relative above 1, see
-/// `assert_close`).
-const FIXTURE_ABS_TOL: f32 = 1e-5;
+/// `assert_close`). Their random weights (std 0.02) leave pooled values that are small
+/// differences of O(1) hidden states, so summation order alone moves them by up to ~1e-5:
+/// candle-transformers' BERT layers reached 9.9e-6 on `hf_plain`'s pooler output, the
+/// packed kernels 1.3e-5, both on the same input and the same side of the reference, and
+/// torch differs from itself by up to 2e-5 between batched and single runs of these
+/// fixtures. On the real all-MiniLM-L6-v2 both stay under 3e-7.
+const FIXTURE_ABS_TOL: f32 = 2e-5;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -941,6 +946,7 @@ mod backbones {
             let cases = fx.derived_from.as_ref().map_or(&fx.cases, |base| &g.fixtures[base].cases);
             assert!(cases.len() >= 20, "{name}");
             let (mut hidden_worst, mut pooled_worst, mut batch_worst, mut cos_min) = (0f32, 0f32, 0f32, 1f32);
+            let mut pooled_batch_worst = 0f32;
             let texts: Vec<&str> = cases.iter().map(|c| c.text.as_str()).collect();
             let batched = p.hidden_states(&texts).unwrap();
             let batched_pooled = p.embed(&texts).unwrap();
@@ -957,7 +963,8 @@ mod backbones {
                 hidden_worst = hidden_worst.max(d);
                 // Batched equals one by one within the reference tolerance: the random tiny
                 // models amplify float32 summation-order noise (torch itself differs by up
-                // to 2e-5 between its batched and single runs of these fixtures).
+                // to 2e-5 between its batched and single runs of these fixtures). On
+                // all-MiniLM-L6-v2 `length_grouped_batches_equal_one_by_one` holds 1e-5.
                 let d = worst(in_batch, &one, &what);
                 assert!(d <= HIDDEN_TOL, "{what}: batched vs one by one {d}");
                 batch_worst = batch_worst.max(d);
@@ -968,13 +975,14 @@ mod backbones {
                     cos >= COSINE_MIN && d <= HIDDEN_TOL,
                     "{what}: pooled cosine {cos}, max abs diff {d}"
                 );
+                pooled_worst = pooled_worst.max(d);
                 let d = max_abs_diff(pooled_in_batch, &pooled);
                 assert!(d <= HIDDEN_TOL, "{what}: pooled in a batch {d}");
                 cos_min = cos_min.min(cos);
-                pooled_worst = pooled_worst.max(d);
+                pooled_batch_worst = pooled_batch_worst.max(d);
             }
             table.push(format!(
-                "{name:<12} {:<16} hidden {hidden_worst:.1e}  pooled {pooled_worst:.1e} (min cosine {cos_min:.7})  batched vs single {batch_worst:.1e}",
+                "{name:<14} {:<16} hidden {hidden_worst:.1e}  pooled {pooled_worst:.1e} (min cosine {cos_min:.7})  batched vs single: hidden {batch_worst:.1e}, pooled {pooled_batch_worst:.1e}",
                 fx.model_type
             ));
         }

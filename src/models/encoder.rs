@@ -1,16 +1,18 @@
 //! The BERT family's shared parts: embeddings (word + position + token type, LayerNorm, an
-//! optional projection) and the post-LayerNorm encoder stack, which is candle-transformers'
-//! `BertEncoder`. BERT, RoBERTa / XLM-RoBERTa, ELECTRA and DistilBERT differ only in how
-//! they number positions, whether they have token types, an embedding projection, and the
-//! names their checkpoints give the same weights.
+//! optional projection) and the post-LayerNorm encoder stack. BERT, RoBERTa / XLM-RoBERTa,
+//! ELECTRA, DistilBERT and MPNet differ only in how they number positions, whether they
+//! have token types, an embedding projection, an attention bias, and the names their
+//! checkpoints give the same weights. The embeddings are looked up with candle; the
+//! projection and the layers run on `crate::kernels` over packed tokens (no padding
+//! computed), so a sequence's result does not depend on the batch it runs in.
 
 use std::collections::HashMap;
 
 use candle_core::{DType, Module, Tensor};
-use candle_nn::{Embedding, LayerNorm, Linear, VarBuilder};
-use candle_transformers::models::bert as cb;
+use candle_nn::{Embedding, LayerNorm, VarBuilder};
 
 use crate::error::{Error, Result};
+use crate::kernels;
 
 /// How position ids are numbered.
 #[derive(Debug, Clone, Copy)]
@@ -44,9 +46,9 @@ pub struct Encoder {
     position: Embedding,
     token_type: Option<Embedding>,
     norm: LayerNorm,
-    project: Option<Linear>,
+    project: Option<kernels::Linear>,
     positions: Positions,
-    layers: cb::BertEncoder,
+    layers: kernels::Stack,
 }
 
 pub fn unsupported(what: &'static str, value: &str, supported: &'static str) -> Error {
@@ -57,13 +59,13 @@ pub fn bad_weights(e: candle_core::Error) -> Error {
     Error::invalid_file("model.safetensors", e)
 }
 
-/// The activation of a transformers `hidden_act` string, as candle's BERT layers apply it.
-pub fn hidden_act(name: &str) -> Result<cb::HiddenAct> {
+/// The activation of a transformers `hidden_act` string.
+pub fn hidden_act(name: &str) -> Result<kernels::Activation> {
     Ok(match name {
-        "gelu" => cb::HiddenAct::Gelu,
+        "gelu" => kernels::Activation::Gelu,
         // transformers' gelu_new and gelu_pytorch_tanh are the tanh approximation.
-        "gelu_new" | "gelu_pytorch_tanh" => cb::HiddenAct::GeluApproximate,
-        "relu" => cb::HiddenAct::Relu,
+        "gelu_new" | "gelu_pytorch_tanh" => kernels::Activation::GeluTanh,
+        "relu" => kernels::Activation::Relu,
         other => return Err(unsupported("hidden_act", other, "gelu, gelu_new, gelu_pytorch_tanh, relu")),
     })
 }
@@ -134,24 +136,7 @@ impl Encoder {
     /// `embeddings_project.*` (ELECTRA's names).
     pub fn load(vb: VarBuilder, spec: &Spec) -> Result<Self> {
         check_heads(spec.hidden_size, spec.num_attention_heads)?;
-        let layer_cfg = cb::Config {
-            vocab_size: spec.vocab_size,
-            hidden_size: spec.hidden_size,
-            num_hidden_layers: spec.num_hidden_layers,
-            num_attention_heads: spec.num_attention_heads,
-            intermediate_size: spec.intermediate_size,
-            hidden_act: hidden_act(spec.hidden_act)?,
-            hidden_dropout_prob: 0.0,
-            max_position_embeddings: spec.max_position_embeddings,
-            type_vocab_size: spec.type_vocab_size,
-            initializer_range: 0.02,
-            layer_norm_eps: spec.layer_norm_eps,
-            pad_token_id: 0,
-            position_embedding_type: cb::PositionEmbeddingType::Absolute,
-            use_cache: false,
-            classifier_dropout: None,
-            model_type: None,
-        };
+        let activation = hidden_act(spec.hidden_act)?;
         let e = vb.pp("embeddings");
         let width = spec.embedding_size;
         let load = || -> candle_core::Result<Self> {
@@ -167,10 +152,10 @@ impl Encoder {
                     .transpose()?,
                 norm: candle_nn::layer_norm(width, spec.layer_norm_eps, e.pp("LayerNorm"))?,
                 project: (width != spec.hidden_size)
-                    .then(|| candle_nn::linear(width, spec.hidden_size, vb.pp("embeddings_project")))
+                    .then(|| linear(vb.pp("embeddings_project"), spec.hidden_size, width))
                     .transpose()?,
                 positions: spec.positions,
-                layers: cb::BertEncoder::load(vb.pp("encoder"), &layer_cfg)?,
+                layers: load_layers(vb.pp("encoder.layer"), spec, activation)?,
             })
         };
         load().map_err(bad_weights)
@@ -214,18 +199,88 @@ impl Encoder {
             x = (x + token_type.forward(type_ids)?)?;
         }
         let x = x.broadcast_add(&self.position.forward(&position_ids)?)?;
-        let mut x = self.norm.forward(&x)?;
-        if let Some(project) = &self.project {
-            x = project.forward(&x)?;
+        let x = self.norm.forward(&x)?;
+        // Pack the real tokens of each (right-padded) row end to end.
+        let width = x.dim(2)?;
+        let lengths = row_lengths(mask)?;
+        let padded = x.flatten_all()?.to_vec1::<f32>()?;
+        let mut packed = Vec::with_capacity(lengths.iter().sum::<usize>() * width);
+        for (row, &len) in lengths.iter().enumerate() {
+            packed.extend_from_slice(&padded[row * seq * width..(row * seq + len) * width]);
         }
-        let mask = additive_mask(mask)?;
-        let mask = match bias {
-            // Padding stays at the float minimum: bias + minimum still masks.
-            Some(bias) => mask.broadcast_add(bias)?,
-            None => mask,
-        };
-        self.layers.forward(&x, &mask)
+        if let Some(project) = &self.project {
+            packed = project.apply(&packed);
+        }
+        let hidden = self.layers.hidden;
+        let bias = bias.map(|b| b.flatten_all()?.to_vec1::<f32>()).transpose()?;
+        let bias = bias.as_deref().map(|values| kernels::AttentionBias { values, size: seq });
+        self.layers.forward(&mut packed, &lengths, bias.as_ref());
+        let mut out = vec![0f32; batch * seq * hidden];
+        let mut at = 0;
+        for (row, &len) in lengths.iter().enumerate() {
+            out[row * seq * hidden..(row * seq + len) * hidden]
+                .copy_from_slice(&packed[at..at + len * hidden]);
+            at += len * hidden;
+        }
+        Tensor::from_vec(out, (batch, seq, hidden), ids.device())
     }
+}
+
+/// The number of attended tokens of each row of a right-padded [batch, seq] mask.
+pub fn row_lengths(mask: &Tensor) -> candle_core::Result<Vec<usize>> {
+    mask.to_dtype(DType::U32)?
+        .to_vec2::<u32>()?
+        .iter()
+        .map(|row| {
+            let len = row.iter().filter(|m| **m != 0).count();
+            if row[..len].iter().any(|m| *m == 0) {
+                candle_core::bail!("the attention mask is not right-padded");
+            }
+            Ok(len)
+        })
+        .collect()
+}
+
+/// A torch `Linear` (`weight` [outputs, inputs], `bias`) under `vb`, for the kernels.
+fn linear(vb: VarBuilder, outputs: usize, inputs: usize) -> candle_core::Result<kernels::Linear> {
+    let w = vb.get((outputs, inputs), "weight")?.flatten_all()?.to_vec1::<f32>()?;
+    let b = vb.get(outputs, "bias")?.to_vec1::<f32>()?;
+    Ok(kernels::Linear::from_torch(w, b, outputs, inputs))
+}
+
+/// The BERT layer stack under `vb` (`{i}.attention.self.query`, ...), for the kernels.
+fn load_layers(
+    vb: VarBuilder,
+    spec: &Spec,
+    activation: kernels::Activation,
+) -> candle_core::Result<kernels::Stack> {
+    let h = spec.hidden_size;
+    let norm = |vb: VarBuilder| -> candle_core::Result<kernels::LayerNorm> {
+        Ok(kernels::LayerNorm::new(
+            vb.get(h, "weight")?.to_vec1::<f32>()?,
+            vb.get(h, "bias")?.to_vec1::<f32>()?,
+            spec.layer_norm_eps,
+        ))
+    };
+    let layers = (0..spec.num_hidden_layers)
+        .map(|i| {
+            let l = vb.pp(i.to_string());
+            let a = l.pp("attention");
+            Ok(kernels::Layer {
+                qkv: kernels::Linear::side_by_side(vec![
+                    linear(a.pp("self.query"), h, h)?,
+                    linear(a.pp("self.key"), h, h)?,
+                    linear(a.pp("self.value"), h, h)?,
+                ]),
+                attention_out: linear(a.pp("output.dense"), h, h)?,
+                attention_norm: norm(a.pp("output.LayerNorm"))?,
+                up: linear(l.pp("intermediate.dense"), spec.intermediate_size, h)?,
+                down: linear(l.pp("output.dense"), h, spec.intermediate_size)?,
+                output_norm: norm(l.pp("output.LayerNorm"))?,
+            })
+        })
+        .collect::<candle_core::Result<Vec<_>>>()?;
+    Ok(kernels::Stack { layers, heads: spec.num_attention_heads, hidden: h, activation })
 }
 
 /// [batch, seq] 1/0 -> [batch, 1, 1, seq] with 0 where attended and the float minimum where
