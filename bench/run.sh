@@ -104,7 +104,7 @@ for s in systems:
 ort = next(s for s in systems if s["system"].startswith("ONNX"))
 st = next(s for s in systems if s["system"].startswith("sentence"))
 rs = next(s for s in systems if s["system"].startswith("pg_embed pipeline"))
-print(f"FMA peak, {threads} threads: {peak:.1f} GFLOP/s; corpus: {machine['corpus_tokens']} tokens, "
+print(f"FMA peak ({machine.get('fma_peak_vector', 'AVX2')}), {threads} threads: {peak:.1f} GFLOP/s; corpus: {machine['corpus_tokens']} tokens, "
       f"{machine['corpus_useful_gflop']:.1f} useful GFLOP")
 print(f"{'system':42} {'sentences/s':>12} {'p50 ms':>8} {'p99 ms':>8} {'GFLOP/s':>8} {'% peak':>7}")
 fmt = lambda v: "-" if v is None else f"{v:.2f}"

@@ -12,6 +12,8 @@
 //! (`crate::threads`); they never call into Postgres.
 
 use gemm::Parallelism;
+
+use crate::matmul;
 use rayon::prelude::*;
 
 /// Whether this CPU has AVX2 and FMA (checked once).
@@ -21,8 +23,9 @@ fn avx2() -> bool {
     *HAS.get_or_init(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"))
 }
 
-/// An element-wise function compiled twice: for AVX2 + FMA, used where the CPU has them,
-/// and for baseline x86-64 (or the target's baseline), so the library runs on any CPU.
+/// An element-wise function compiled three times: for AVX-512 (512-bit vectors), for AVX2 +
+/// FMA, and for baseline x86-64 (or the target's baseline); the widest the CPU has runs, so
+/// the library runs on any CPU.
 macro_rules! dispatch {
     ($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $body:block) => {
         $(#[$doc])*
@@ -31,9 +34,17 @@ macro_rules! dispatch {
             fn body($($arg: $ty),*) $body
             #[cfg(target_arch = "x86_64")]
             {
+                #[target_feature(enable = "avx512f,avx512vl,avx512dq,avx2,fma")]
+                unsafe fn widest($($arg: $ty),*) {
+                    body($($arg),*)
+                }
                 #[target_feature(enable = "avx2,fma")]
                 unsafe fn wide($($arg: $ty),*) {
                     body($($arg),*)
+                }
+                if matmul::available() {
+                    // SAFETY: the CPU has the features `widest` is compiled for.
+                    return unsafe { widest($($arg),*) };
                 }
                 if avx2() {
                     // SAFETY: the CPU has the features `wide` is compiled for.
@@ -45,32 +56,46 @@ macro_rules! dispatch {
     };
 }
 
-/// A linear layer, weight kept in torch's layout: [out, in] row-major. (The `gemm` crate
-/// packs it per call either way; measured on all-MiniLM-L6-v2, this layout gave 1.5x faster
-/// single-sentence calls than a pre-transposed [in, out] copy, and equal batch throughput.)
+/// A linear layer. On CPUs with AVX-512F its weight is packed once, at load, for
+/// `crate::matmul`; elsewhere it stays in torch's [out, in] layout for the `gemm` crate,
+/// which packs per call (measured on all-MiniLM-L6-v2, that layout gave 1.5x faster
+/// single-sentence calls than a pre-transposed [in, out] copy, and equal batch throughput).
 pub struct Linear {
-    weight: Vec<f32>,
+    weight: Weight,
     bias: Vec<f32>,
     inputs: usize,
     outputs: usize,
 }
 
+enum Weight {
+    Torch(Vec<f32>),
+    Packed(matmul::PackedWeight),
+}
+
 impl Linear {
     /// From torch's layout: `weight` [outputs, inputs] row-major, `bias` [outputs].
     pub fn from_torch(weight: Vec<f32>, bias: Vec<f32>, outputs: usize, inputs: usize) -> Self {
+        Self::with_layout(weight, bias, outputs, inputs, matmul::available())
+    }
+
+    fn with_layout(weight: Vec<f32>, bias: Vec<f32>, outputs: usize, inputs: usize, packed: bool) -> Self {
         assert_eq!(weight.len(), outputs * inputs, "weight size");
         assert_eq!(bias.len(), outputs, "bias size");
+        let weight = if packed {
+            Weight::Packed(matmul::PackedWeight::pack(&weight, outputs, inputs))
+        } else {
+            Weight::Torch(weight)
+        };
         Linear { weight, bias, inputs, outputs }
     }
 
-    /// Layers over the same input side by side: one [sum of outs, in] layer (Q, K and V).
-    pub fn side_by_side(parts: Vec<Linear>) -> Self {
-        let inputs = parts[0].inputs;
-        assert!(parts.iter().all(|p| p.inputs == inputs), "inputs differ");
-        let outputs = parts.iter().map(|p| p.outputs).sum();
-        let weight = parts.iter().flat_map(|p| p.weight.iter().copied()).collect();
-        let bias = parts.iter().flat_map(|p| p.bias.iter().copied()).collect();
-        Linear { weight, bias, inputs, outputs }
+    /// Layers over the same input side by side, from torch's layout: parts of (`weight`
+    /// [outputs, inputs], `bias` [outputs]) become one [sum of outputs, inputs] layer (Q, K
+    /// and V).
+    pub fn side_by_side(parts: Vec<(Vec<f32>, Vec<f32>)>, inputs: usize) -> Self {
+        let outputs = parts.iter().map(|(_, b)| b.len()).sum();
+        let (weights, biases): (Vec<_>, Vec<_>) = parts.into_iter().unzip();
+        Self::from_torch(weights.concat(), biases.concat(), outputs, inputs)
     }
 
     pub fn outputs(&self) -> usize {
@@ -80,13 +105,22 @@ impl Linear {
     /// x W + b for the rows of `x`, on the caller's compute threads.
     pub fn apply(&self, x: &[f32]) -> Vec<f32> {
         let mut out = vec![0f32; x.len() / self.inputs * self.outputs];
-        self.forward(x, None, &mut out, parallelism(rayon::current_num_threads()));
+        self.forward(x, None, None, &mut out, rayon::current_num_threads());
         out
     }
 
     /// out[r] = x[r] W + b (+ residual[r]) for the `rows` rows of `x`, rounded in
-    /// torch's order: the product, plus the bias, plus the residual.
-    pub fn forward(&self, x: &[f32], residual: Option<&[f32]>, out: &mut [f32], par: Parallelism) {
+    /// torch's order: the product, plus the bias, plus the residual; then `then` over the
+    /// result, in pieces. The product is split across `threads` compute threads of the
+    /// current pool.
+    pub fn forward(
+        &self,
+        x: &[f32],
+        residual: Option<&[f32]>,
+        then: Option<&matmul::Then<'_>>,
+        out: &mut [f32],
+        threads: usize,
+    ) {
         let (k, n) = (self.inputs, self.outputs);
         let rows = x.len() / k;
         assert_eq!(x.len(), rows * k, "input width");
@@ -97,33 +131,39 @@ impl Linear {
         if rows == 0 {
             return;
         }
-        // SAFETY: out is [rows, n] and x is [rows, k], row-major; weight is [n, k] row-major,
-        // read as the [k, n] right-hand side (column stride k); all of exactly those sizes
-        // (checked above); dst does not alias either input.
-        unsafe {
-            gemm::gemm(
-                rows,
-                n,
-                k,
-                out.as_mut_ptr(),
-                1,
-                n as isize,
-                false,
-                x.as_ptr(),
-                1,
-                k as isize,
-                self.weight.as_ptr(),
-                k as isize,
-                1,
-                0.0,
-                1.0,
-                false,
-                false,
-                false,
-                par,
-            )
+        match &self.weight {
+            Weight::Packed(p) => return p.product(x, Some(&self.bias), residual, then, out, threads),
+            // SAFETY: out is [rows, n] and x is [rows, k], row-major; weight is [n, k]
+            // row-major, read as the [k, n] right-hand side (column stride k); all of exactly
+            // those sizes (checked above); dst does not alias either input.
+            Weight::Torch(weight) => unsafe {
+                gemm::gemm(
+                    rows,
+                    n,
+                    k,
+                    out.as_mut_ptr(),
+                    1,
+                    n as isize,
+                    false,
+                    x.as_ptr(),
+                    1,
+                    k as isize,
+                    weight.as_ptr(),
+                    k as isize,
+                    1,
+                    0.0,
+                    1.0,
+                    false,
+                    false,
+                    false,
+                    parallelism(threads),
+                )
+            },
         }
         add_bias(out, &self.bias, residual);
+        if let Some(then) = then {
+            for_rows(out, n, threads, then);
+        }
     }
 }
 
@@ -266,7 +306,9 @@ dispatch! {
                     *s += a;
                 }
             }
-            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            // (A comparison, not f32::max, whose NaN rule keeps the loop from vectorising;
+            // a NaN score gives a NaN row either way.)
+            let max = row.iter().fold(f32::NEG_INFINITY, |m, &v| if v > m { v } else { m });
             for s in row.iter_mut() {
                 *s = exp(*s - max);
             }
@@ -317,7 +359,12 @@ pub fn erf(x: f32) -> f32 {
     q = q * x2 + -1.682_826_974_382_03e-3;
     q = q * x2 + -7.373_329_167_204_68e-3;
     q = q * x2 + -1.426_473_905_141_89e-2;
-    (x * p / q) as f32
+    // 1 / q from a single-precision division refined by one Newton step in double precision
+    // (relative error ~1e-14): a double-precision division costs as much as the rest of the
+    // function.
+    let r = (1.0 / q as f32) as f64;
+    let r = r * (2.0 - q * r);
+    (x * p * r) as f32
 }
 
 /// One post-LayerNorm encoder layer (BERT's `BertLayer`).
@@ -385,23 +432,21 @@ impl Stack {
         if tokens == 0 {
             return;
         }
-        let par = parallelism(threads);
         let h = self.hidden;
         let mut qkv = vec![0f32; tokens * 3 * h];
         let mut context = vec![0f32; tokens * h];
         let mut attended = vec![0f32; tokens * h];
         let mut inner = vec![0f32; tokens * self.layers.first().map_or(0, |l| l.up.outputs())];
         for layer in &self.layers {
-            layer.qkv.forward(x, None, &mut qkv, par);
+            layer.qkv.forward(x, None, None, &mut qkv, threads);
             attention(&qkv, h, self.heads, lengths, bias, &mut context, threads);
-            layer.attention_out.forward(&context, Some(x), &mut attended, par);
-            for_rows(&mut attended, h, threads, |rows| layer.attention_norm.forward(rows));
+            layer.attention_out.forward(&context, Some(x), None, &mut attended, threads);
+            for_rows(&mut attended, h, threads, &|rows| layer.attention_norm.forward(rows));
             inner.resize(tokens * layer.up.outputs(), 0.0);
-            layer.up.forward(&attended, None, &mut inner, par);
-            let width = layer.up.outputs();
-            for_rows(&mut inner, width, threads, |rows| self.activation.apply(rows));
-            layer.down.forward(&inner, Some(&attended), x, par);
-            for_rows(x, h, threads, |rows| layer.output_norm.forward(rows));
+            let activation = |rows: &mut [f32]| self.activation.apply(rows);
+            layer.up.forward(&attended, None, Some(&activation), &mut inner, threads);
+            layer.down.forward(&inner, Some(&attended), None, x, threads);
+            for_rows(x, h, threads, &|rows| layer.output_norm.forward(rows));
         }
     }
 }
@@ -415,7 +460,7 @@ fn parallelism(threads: usize) -> Parallelism {
 }
 
 /// `f` over whole rows of `x`, split across `threads` when there are several.
-fn for_rows(x: &mut [f32], width: usize, threads: usize, f: impl Fn(&mut [f32]) + Sync + Send) {
+fn for_rows(x: &mut [f32], width: usize, threads: usize, f: &(dyn Fn(&mut [f32]) + Sync)) {
     let rows = x.len() / width.max(1);
     if threads > 1 && rows >= 2 * threads {
         let per = rows.div_ceil(threads) * width;
@@ -596,15 +641,17 @@ mod tests {
         let bias: Vec<f32> = (0..n).map(|i| i as f32 * 0.1).collect();
         let x: Vec<f32> = (0..rows * k).map(|i| (i as f32 * 0.11).cos()).collect();
         let residual: Vec<f32> = (0..rows * n).map(|i| i as f32).collect();
-        let layer = Linear::from_torch(weight.clone(), bias.clone(), n, k);
-        let mut out = vec![0f32; rows * n];
-        layer.forward(&x, Some(&residual), &mut out, Parallelism::None);
-        for r in 0..rows {
-            for o in 0..n {
-                let want: f32 = (0..k).map(|i| x[r * k + i] * weight[o * k + i]).sum::<f32>()
-                    + bias[o]
-                    + residual[r * n + o];
-                assert!((out[r * n + o] - want).abs() < 1e-5, "row {r} col {o}");
+        for packed in [false, matmul::available()] {
+            let layer = Linear::with_layout(weight.clone(), bias.clone(), n, k, packed);
+            let mut out = vec![0f32; rows * n];
+            layer.forward(&x, Some(&residual), None, &mut out, 1);
+            for r in 0..rows {
+                for o in 0..n {
+                    let want: f32 = (0..k).map(|i| x[r * k + i] * weight[o * k + i]).sum::<f32>()
+                        + bias[o]
+                        + residual[r * n + o];
+                    assert!((out[r * n + o] - want).abs() < 1e-5, "packed {packed}: row {r} col {o}");
+                }
             }
         }
     }

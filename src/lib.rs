@@ -15,6 +15,7 @@ pub mod error;
 mod guc;
 pub mod heads;
 pub mod kernels;
+pub mod matmul;
 pub mod models;
 pub mod options;
 pub mod pipeline;

@@ -243,9 +243,15 @@ pub fn row_lengths(mask: &Tensor) -> candle_core::Result<Vec<usize>> {
 
 /// A torch `Linear` (`weight` [outputs, inputs], `bias`) under `vb`, for the kernels.
 fn linear(vb: VarBuilder, outputs: usize, inputs: usize) -> candle_core::Result<kernels::Linear> {
+    let (w, b) = torch_linear(vb, outputs, inputs)?;
+    Ok(kernels::Linear::from_torch(w, b, outputs, inputs))
+}
+
+/// A torch `Linear`'s `weight` [outputs, inputs] row-major and `bias` under `vb`.
+fn torch_linear(vb: VarBuilder, outputs: usize, inputs: usize) -> candle_core::Result<(Vec<f32>, Vec<f32>)> {
     let w = vb.get((outputs, inputs), "weight")?.flatten_all()?.to_vec1::<f32>()?;
     let b = vb.get(outputs, "bias")?.to_vec1::<f32>()?;
-    Ok(kernels::Linear::from_torch(w, b, outputs, inputs))
+    Ok((w, b))
 }
 
 /// The BERT layer stack under `vb` (`{i}.attention.self.query`, ...), for the kernels.
@@ -267,11 +273,14 @@ fn load_layers(
             let l = vb.pp(i.to_string());
             let a = l.pp("attention");
             Ok(kernels::Layer {
-                qkv: kernels::Linear::side_by_side(vec![
-                    linear(a.pp("self.query"), h, h)?,
-                    linear(a.pp("self.key"), h, h)?,
-                    linear(a.pp("self.value"), h, h)?,
-                ]),
+                qkv: kernels::Linear::side_by_side(
+                    vec![
+                        torch_linear(a.pp("self.query"), h, h)?,
+                        torch_linear(a.pp("self.key"), h, h)?,
+                        torch_linear(a.pp("self.value"), h, h)?,
+                    ],
+                    h,
+                ),
                 attention_out: linear(a.pp("output.dense"), h, h)?,
                 attention_norm: norm(a.pp("output.LayerNorm"))?,
                 up: linear(l.pp("intermediate.dense"), spec.intermediate_size, h)?,
