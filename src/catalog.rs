@@ -16,17 +16,27 @@ fn spi_err(e: pgrx::spi::SpiError) -> Error {
     Error::Catalog(e.to_string())
 }
 
+const LOOKUP: &str = "SELECT source, options, revision FROM embed.models WHERE name = $1";
+
+thread_local! {
+    /// The lookup's plan, prepared once per backend (every inference call runs it).
+    static LOOKUP_PLAN: std::cell::RefCell<Option<pgrx::spi::OwnedPreparedStatement>> =
+        const { std::cell::RefCell::new(None) };
+}
+
 pub fn lookup(name: &str) -> Result<ModelRow> {
     let row = Spi::connect(|client| {
-        let table = client.select(
-            "SELECT source, options, revision FROM embed.models WHERE name = $1",
-            Some(1),
-            &[name.into()],
-        )?;
-        if table.is_empty() {
-            return Ok(None);
-        }
-        table.first().get_three::<String, JsonB, i64>().map(Some)
+        LOOKUP_PLAN.with_borrow_mut(|plan| {
+            let plan = match plan {
+                Some(plan) => plan,
+                None => plan.insert(client.prepare(LOOKUP, &[PgBuiltInOids::TEXTOID.into()])?.keep()),
+            };
+            let table = client.select(&*plan, Some(1), &[name.into()])?;
+            if table.is_empty() {
+                return Ok(None);
+            }
+            table.first().get_three::<String, JsonB, i64>().map(Some)
+        })
     })
     .map_err(spi_err)?;
     match row {

@@ -1,15 +1,16 @@
 //! The encoder's hot path, in plain Rust over packed tokens: every sequence of a batch is
 //! laid end to end in one [tokens, width] matrix, so the linear layers (almost all of the
 //! work) run as one GEMM over real tokens only and a batch of mixed lengths costs the sum of
-//! its lengths, not count x longest. Attention runs per sequence and head. Weights are
-//! kept in torch's [out, in] layout; bias and residual are added after each product in
-//! torch's order; the activation runs over the product in place.
+//! its lengths, not count x longest. Attention runs per sequence and head. Bias and
+//! residual are added after each product in torch's order; the activation runs over the
+//! product in place.
 //!
-//! GEMMs are the `gemm` crate's (the kernels candle itself uses). A batch of several
-//! sequences is split into one group of whole sequences per compute thread, each group on
-//! single-threaded GEMMs with no synchronisation between layers; a lone sequence splits each
-//! GEMM across the threads instead. Threads come from the rayon pool the caller runs in
-//! (`crate::threads`); they never call into Postgres.
+//! Products are `crate::matmul`'s on CPUs with AVX-512 (weights packed once at load), else
+//! the `gemm` crate's on torch's [out, in] layout. A batch of several sequences is split
+//! into one group of whole sequences per compute thread, each group on single-threaded
+//! products with no synchronisation between layers; one or a few sequences run on all the
+//! threads as one team (`crate::threads::team`) that shares out every step. Threads come
+//! from the rayon pool the caller runs in (`crate::threads`); they never call into Postgres.
 
 use gemm::Parallelism;
 
@@ -164,6 +165,45 @@ impl Linear {
         if let Some(then) = then {
             for_rows(out, n, threads, then);
         }
+    }
+}
+
+impl Linear {
+    /// As `forward`, for this thread's share of the output columns.
+    ///
+    /// # Safety
+    /// `out` is valid for writes of [rows of x, outputs] row-major; while this runs, no
+    /// other thread reads or writes this share's columns of it, nor writes `x` or `residual`.
+    unsafe fn forward_shared(
+        &self,
+        x: &[f32],
+        residual: Option<&[f32]>,
+        then: Option<&matmul::Then<'_>>,
+        out: *mut f32,
+        share: Share,
+    ) {
+        let len = x.len() / self.inputs * self.outputs;
+        match (&self.weight, share.member) {
+            (_, None) => {
+                // SAFETY: as the caller promises, and this thread has all of out.
+                let out = unsafe { std::slice::from_raw_parts_mut(out, len) };
+                self.forward(x, residual, then, out, share.threads)
+            }
+            (Weight::Packed(p), Some(_)) => {
+                let rows = p.rows(x, len);
+                let out = Out(out);
+                share.split(p.panel_count(), |panels| {
+                    let out = out;
+                    // SAFETY: as the caller promises; the step's chunks are disjoint panels.
+                    unsafe { p.product_panels(x, Some(&self.bias), residual, then, out.0, rows, panels) }
+                });
+            }
+            (Weight::Torch(_), Some(_)) => unreachable!("a team computes packed weights only"),
+        }
+    }
+
+    fn is_packed(&self) -> bool {
+        matches!(self.weight, Weight::Packed(_))
     }
 }
 
@@ -326,7 +366,11 @@ pub fn exp(x: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     const ROUND: f32 = 12_582_912.0; // 1.5 x 2^23: adding and taking it off rounds to an integer
     let x = x.clamp(-87.0, 0.0);
-    let n = (x * LOG2E + ROUND) - ROUND;
+    let shifted = x * LOG2E + ROUND;
+    let n = shifted - ROUND;
+    // n as an integer, read off the sum's low bits (no float-to-int cast, whose saturating
+    // rules keep the loops calling this from vectorising).
+    let k = shifted.to_bits().wrapping_sub(ROUND.to_bits()) as i32;
     let r = x - n * 0.693_359_4 - n * -2.121_944_4e-4;
     let mut p = 1.987_569_1e-4_f32;
     p = p * r + 1.398_2e-3;
@@ -335,36 +379,28 @@ pub fn exp(x: f32) -> f32 {
     p = p * r + 1.666_666_5e-1;
     p = p * r + 5.000_000_1e-1;
     let y = p * r * r + r + 1.0;
-    y * f32::from_bits(((n as i32 + 127) << 23) as u32)
+    y * f32::from_bits(((k + 127) << 23) as u32)
 }
 
-/// The error function for single-precision arguments: a rational approximation over
-/// [-4, 4] (erf is +-1 to float precision outside), odd polynomial over even polynomial
-/// in x^2, evaluated in double precision (in single precision its rounding alone reaches
-/// 4 ulp), branch-free so that the loops calling it vectorise. Within 1.5e-7 of the exact
-/// value everywhere.
+/// The error function in single precision: Abramowitz and Stegun 7.1.26,
+/// sign(x) (1 - r(t) t e^(-x^2)) with t = 1 / (1 + p |x|), the formula ATen's vectorised
+/// CPU erf has used, evaluated with fused multiply-adds. Within 5e-7 of the exact value
+/// (the formula's own error is 1.5e-7, the rest is single-precision rounding near 1; GELU
+/// multiplies it by x / 2). torch's own GELU is not exactly rounded either: over [-5, 5],
+/// GELU with this erf differs from torch 2.x's by 1.2e-7 on average (1.4e-6 at most), the
+/// exactly rounded GELU by 1.0e-7 (1.2e-6 at most). Branch-free, so
+/// loops over it vectorise at full single-precision width: measured, GELU went from 13% of
+/// a batch's time (the double-precision rational erf this replaced) to a few percent.
 #[inline(always)]
+#[allow(clippy::excessive_precision)]
 pub fn erf(x: f32) -> f32 {
-    let x = (x as f64).clamp(-4.0, 4.0);
-    let x2 = x * x;
-    let mut p = -2.726_142_258_013_06e-10_f64;
-    p = p * x2 + 2.770_681_424_959_02e-8;
-    p = p * x2 + -2.101_024_020_825_08e-6;
-    p = p * x2 + -5.692_506_394_623_46e-5;
-    p = p * x2 + -7.349_906_303_268_55e-4;
-    p = p * x2 + -2.954_599_808_540_25e-3;
-    p = p * x2 + -1.609_603_332_624_15e-2;
-    let mut q = -1.456_607_184_649_96e-5_f64;
-    q = q * x2 + -2.133_740_552_789_05e-4;
-    q = q * x2 + -1.682_826_974_382_03e-3;
-    q = q * x2 + -7.373_329_167_204_68e-3;
-    q = q * x2 + -1.426_473_905_141_89e-2;
-    // 1 / q from a single-precision division refined by one Newton step in double precision
-    // (relative error ~1e-14): a double-precision division costs as much as the rest of the
-    // function.
-    let r = (1.0 / q as f32) as f64;
-    let r = r * (2.0 - q * r);
-    (x * p * r) as f32
+    let t = 1.0 / 0.3275911_f32.mul_add(x.abs(), 1.0);
+    let mut r = 1.061405429_f32.mul_add(t, -1.453152027);
+    r = r.mul_add(t, 1.421413741);
+    r = r.mul_add(t, -0.284496736);
+    r = r.mul_add(t, 0.254829592);
+    let y = (-exp(-(x * x)) * t).mul_add(r, 1.0);
+    y.copysign(x)
 }
 
 /// One post-LayerNorm encoder layer (BERT's `BertLayer`).
@@ -427,28 +463,191 @@ impl Stack {
         }
     }
 
+    /// The layers over `x` on `threads` threads. With several threads and packed weights,
+    /// the pool's threads run the layers as one team (`crate::threads::team`) that splits
+    /// every step into chunks and waits for them between steps, with no fork and join per
+    /// step (measured on one 37-token sentence, 2 threads: 7.5 ms against 10.4 ms with a
+    /// rayon fork and join per step); otherwise each step forks and joins.
     fn run(&self, x: &mut [f32], lengths: &[usize], bias: Option<&AttentionBias>, threads: usize) {
         let tokens: usize = lengths.iter().sum();
         if tokens == 0 {
             return;
         }
         let h = self.hidden;
-        let mut qkv = vec![0f32; tokens * 3 * h];
-        let mut context = vec![0f32; tokens * h];
-        let mut attended = vec![0f32; tokens * h];
-        let mut inner = vec![0f32; tokens * self.layers.first().map_or(0, |l| l.up.outputs())];
-        for layer in &self.layers {
-            layer.qkv.forward(x, None, None, &mut qkv, threads);
-            attention(&qkv, h, self.heads, lengths, bias, &mut context, threads);
-            layer.attention_out.forward(&context, Some(x), None, &mut attended, threads);
-            for_rows(&mut attended, h, threads, &|rows| layer.attention_norm.forward(rows));
-            inner.resize(tokens * layer.up.outputs(), 0.0);
-            let activation = |rows: &mut [f32]| self.activation.apply(rows);
-            layer.up.forward(&attended, None, Some(&activation), &mut inner, threads);
-            layer.down.forward(&inner, Some(&attended), None, x, threads);
-            for_rows(x, h, threads, &|rows| layer.output_norm.forward(rows));
+        let widest = self.layers.iter().map(|l| l.up.outputs()).max().unwrap_or(0);
+        let need = tokens * (5 * h + widest);
+        let mut scratch = ACTIVATIONS.take();
+        if scratch.capacity() < need {
+            scratch = zeroed(need);
+        }
+        scratch.resize(need, 0.0);
+        let (qkv, rest) = scratch.split_at_mut(tokens * 3 * h);
+        let (context, rest) = rest.split_at_mut(tokens * h);
+        let (attended, inner) = rest.split_at_mut(tokens * h);
+        let buffers = Buffers {
+            x: Buf::of(x),
+            qkv: Buf::of(qkv),
+            context: Buf::of(context),
+            attended: Buf::of(attended),
+            inner: Buf::of(inner),
+        };
+        let packed = self.layers.iter().all(|l| {
+            l.qkv.is_packed() && l.attention_out.is_packed() && l.up.is_packed() && l.down.is_packed()
+        });
+        if threads > 1 && packed && threads == rayon::current_num_threads() {
+            crate::threads::team(STEPS_PER_LAYER * self.layers.len(), |member| {
+                // SAFETY: the buffers outlive the team; every step's shares are disjoint
+                // and the team meets between steps (see `steps`).
+                unsafe { self.steps(&buffers, lengths, bias, Share { member: Some(member), threads: 1 }) }
+            });
+        } else {
+            // SAFETY: this thread alone runs the steps; the buffers outlive them.
+            unsafe { self.steps(&buffers, lengths, bias, Share { member: None, threads }) }
+        }
+        if scratch.capacity() <= KEEP_ACTIVATIONS {
+            ACTIVATIONS.set(scratch);
         }
     }
+
+    /// The layers, step by step (`STEPS_PER_LAYER` each): each step reads buffers no thread
+    /// writes in it and writes chunks of one buffer (columns of a product, rows of a layer
+    /// norm, sequences and heads of attention); in a team, a step ends when all its chunks
+    /// are done.
+    ///
+    /// # Safety
+    /// The buffers are valid, of the sizes `run` makes, and not used elsewhere meanwhile;
+    /// every thread of the team runs this with the same arguments.
+    unsafe fn steps(&self, b: &Buffers, lengths: &[usize], bias: Option<&AttentionBias>, share: Share) {
+        let h = self.hidden;
+        let tokens = b.x.len / h;
+        let activation = |rows: &mut [f32]| self.activation.apply(rows);
+        unsafe {
+            for layer in &self.layers {
+                let inner = Buf { ptr: b.inner.ptr, len: tokens * layer.up.outputs() };
+                layer.qkv.forward_shared(b.x.get(), None, None, b.qkv.ptr, share);
+                attention(b.qkv.get(), h, self.heads, lengths, bias, b.context.ptr, share);
+                layer.attention_out.forward_shared(
+                    b.context.get(),
+                    Some(b.x.get()),
+                    None,
+                    b.attended.ptr,
+                    share,
+                );
+                rows_shared(b.attended, h, share, &|rows| layer.attention_norm.forward(rows));
+                layer.up.forward_shared(b.attended.get(), None, Some(&activation), inner.ptr, share);
+                layer.down.forward_shared(inner.get(), Some(b.attended.get()), None, b.x.ptr, share);
+                rows_shared(b.x, h, share, &|rows| layer.output_norm.forward(rows));
+            }
+        }
+    }
+}
+
+thread_local! {
+    /// The intermediate activations of the last forward pass on this thread, kept for the
+    /// next one when they are small (single inputs): no allocation, page faults or zeroing
+    /// per call, and a resident size that does not move.
+    static ACTIVATIONS: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// The most floats of intermediate activations a thread keeps between calls: 4 MB, a
+/// 256-token input of a 384-wide model. Batches allocate theirs and give them back.
+const KEEP_ACTIVATIONS: usize = 1 << 20;
+
+/// `n` zeros. A large buffer is mapped fresh (the allocator's threshold is fixed, see
+/// `crate::threads`), not written here, and asked for transparent huge pages: a batch's
+/// activations then fault in 2 MB at a time, not 4 kB (measured: page faults were ~5% of a
+/// batch's time).
+fn zeroed(n: usize) -> Vec<f32> {
+    let v = vec![0f32; n];
+    #[cfg(target_os = "linux")]
+    {
+        const HUGE: usize = 2 << 20;
+        let (start, end) = (v.as_ptr() as usize, v.as_ptr() as usize + n * 4);
+        let (from, to) = (start.next_multiple_of(HUGE), end / HUGE * HUGE);
+        if to > from {
+            // SAFETY: advice on whole pages inside the vector's own allocation; it changes
+            // how they are backed, not their contents.
+            unsafe {
+                libc::madvise(from as *mut libc::c_void, to - from, libc::MADV_HUGEPAGE);
+            }
+        }
+    }
+    v
+}
+
+/// The steps `Stack::steps` takes per layer.
+const STEPS_PER_LAYER: usize = 7;
+
+/// The activations of one forward pass, shared by the threads of a team.
+struct Buffers {
+    x: Buf,
+    qkv: Buf,
+    context: Buf,
+    attended: Buf,
+    inner: Buf,
+}
+
+/// A buffer that may cross to the pool's threads; who writes which part of it, and when,
+/// is the business of the code that shares it.
+#[derive(Clone, Copy)]
+struct Buf {
+    ptr: *mut f32,
+    len: usize,
+}
+unsafe impl Send for Buf {}
+unsafe impl Sync for Buf {}
+
+impl Buf {
+    fn of(v: &mut [f32]) -> Self {
+        Buf { ptr: v.as_mut_ptr(), len: v.len() }
+    }
+
+    /// # Safety
+    /// No thread writes the buffer while the slice lives.
+    unsafe fn get<'a>(self) -> &'a [f32] {
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+/// How the work of one step is shared: alone (`member` None), this thread does all of it
+/// with `threads` rayon threads; in a team, the step is cut into chunks that the team's
+/// threads claim.
+#[derive(Clone, Copy)]
+struct Share<'a> {
+    member: Option<&'a crate::threads::Member<'a>>,
+    threads: usize,
+}
+
+impl Share<'_> {
+    /// `f` over ranges that together cover 0..n: all of it when alone; in a team, one
+    /// team step whose chunks are the ranges.
+    fn split(&self, n: usize, f: impl Fn(std::ops::Range<usize>)) {
+        match self.member {
+            None => f(0..n),
+            Some(m) => {
+                let chunks = m.count().min(n).max(1);
+                m.step(chunks, |c| f(n * c / chunks..n * (c + 1) / chunks))
+            }
+        }
+    }
+}
+
+/// `f` over the rows of `buf`, shared as `share` says.
+///
+/// # Safety
+/// No thread but those of `share` reads or writes the buffer meanwhile.
+unsafe fn rows_shared(buf: Buf, width: usize, share: Share, f: &(dyn Fn(&mut [f32]) + Sync)) {
+    let rows = buf.len / width.max(1);
+    share.split(rows, |part| {
+        // SAFETY: the rows are within the buffer, and each range is this call's alone.
+        let mine =
+            unsafe { std::slice::from_raw_parts_mut(buf.ptr.add(part.start * width), part.len() * width) };
+        if share.member.is_some() {
+            f(mine)
+        } else {
+            for_rows(mine, width, share.threads, f)
+        }
+    })
 }
 
 fn parallelism(threads: usize) -> Parallelism {
@@ -477,22 +676,26 @@ unsafe impl Send for Out {}
 unsafe impl Sync for Out {}
 
 /// Scaled dot-product attention of every sequence and head: `qkv` [tokens, 3 hidden] (Q, K,
-/// V side by side, heads contiguous within each), written to `out` [tokens, hidden].
-fn attention(
+/// V side by side, heads contiguous within each), written to `out` [tokens, hidden]; in a
+/// team, this thread's share of the (sequence, head) pairs.
+///
+/// # Safety
+/// `out` is valid for writes of [tokens, hidden]; no other thread reads or writes this
+/// share's blocks of it meanwhile.
+unsafe fn attention(
     qkv: &[f32],
     hidden: usize,
     heads: usize,
     lengths: &[usize],
     bias: Option<&AttentionBias>,
-    out: &mut [f32],
-    threads: usize,
+    out: *mut f32,
+    share: Share,
 ) {
     let d = hidden / heads;
     let stride = 3 * hidden;
     let scale = 1.0 / (d as f32).sqrt();
     let tokens: usize = lengths.iter().sum();
     assert_eq!(qkv.len(), tokens * stride, "qkv size");
-    assert_eq!(out.len(), tokens * hidden, "context size");
     if let Some(b) = bias {
         let longest = lengths.iter().copied().max().unwrap_or(0);
         assert!(b.size >= longest && b.values.len() == heads * b.size * b.size, "bias size");
@@ -505,82 +708,95 @@ fn attention(
         }
         offset += len;
     }
-    let dst = Out(out.as_mut_ptr());
+    let dst = Out(out);
     let task = |&(offset, len, head): &(usize, usize, usize)| {
         let dst = dst;
-        let mut scores = vec![0f32; len * len];
-        let q = qkv[offset * stride + head * d..].as_ptr();
-        let k = qkv[offset * stride + hidden + head * d..].as_ptr();
-        let v = qkv[offset * stride + 2 * hidden + head * d..].as_ptr();
-        // SAFETY: q, k and v address rows offset..offset + len of qkv (checked size) at
-        // row stride 3 hidden, columns within one head; scores is [len, len]; the context
-        // block (rows offset..offset + len, columns head d..(head + 1) d of out) belongs to
-        // this task alone.
-        unsafe {
-            // scores = scale * Q K^T
-            gemm::gemm(
-                len,
-                len,
-                d,
-                scores.as_mut_ptr(),
-                1,
-                len as isize,
-                false,
-                q,
-                1,
-                stride as isize,
-                k,
-                stride as isize,
-                1,
-                0.0,
-                scale,
-                false,
-                false,
-                false,
-                Parallelism::None,
-            );
-        }
-        let add = bias.map(|b| (&b.values[head * b.size * b.size..(head + 1) * b.size * b.size], b.size));
-        let mut inverse_sums = vec![0f32; len];
-        unnormalized_softmax_rows(&mut scores, len, add, &mut inverse_sums);
-        unsafe {
-            // context = P V
-            gemm::gemm(
-                len,
-                d,
-                len,
-                dst.0.add(offset * hidden + head * d),
-                1,
-                hidden as isize,
-                false,
-                scores.as_ptr(),
-                1,
-                len as isize,
-                v,
-                1,
-                stride as isize,
-                0.0,
-                1.0,
-                false,
-                false,
-                false,
-                Parallelism::None,
-            );
-        }
-        for (row, inv) in inverse_sums.iter().enumerate() {
-            // SAFETY: row < len: this task's block of out, d values from column head d.
-            let out =
-                unsafe { std::slice::from_raw_parts_mut(dst.0.add((offset + row) * hidden + head * d), d) };
-            for v in out {
-                *v *= inv;
+        SCORES.with_borrow_mut(|(scores, inverse_sums)| {
+            scores.clear();
+            scores.resize(len * len, 0.0);
+            inverse_sums.clear();
+            inverse_sums.resize(len, 0.0);
+            let q = qkv[offset * stride + head * d..].as_ptr();
+            let k = qkv[offset * stride + hidden + head * d..].as_ptr();
+            let v = qkv[offset * stride + 2 * hidden + head * d..].as_ptr();
+            // SAFETY: q, k and v address rows offset..offset + len of qkv (checked size) at
+            // row stride 3 hidden, columns within one head; scores is [len, len]; the context
+            // block (rows offset..offset + len, columns head d..(head + 1) d of out) belongs to
+            // this task alone.
+            unsafe {
+                // scores = scale * Q K^T
+                gemm::gemm(
+                    len,
+                    len,
+                    d,
+                    scores.as_mut_ptr(),
+                    1,
+                    len as isize,
+                    false,
+                    q,
+                    1,
+                    stride as isize,
+                    k,
+                    stride as isize,
+                    1,
+                    0.0,
+                    scale,
+                    false,
+                    false,
+                    false,
+                    Parallelism::None,
+                );
             }
-        }
+            let add = bias.map(|b| (&b.values[head * b.size * b.size..(head + 1) * b.size * b.size], b.size));
+            unnormalized_softmax_rows(scores, len, add, inverse_sums);
+            unsafe {
+                // context = P V
+                gemm::gemm(
+                    len,
+                    d,
+                    len,
+                    dst.0.add(offset * hidden + head * d),
+                    1,
+                    hidden as isize,
+                    false,
+                    scores.as_ptr(),
+                    1,
+                    len as isize,
+                    v,
+                    1,
+                    stride as isize,
+                    0.0,
+                    1.0,
+                    false,
+                    false,
+                    false,
+                    Parallelism::None,
+                );
+            }
+            for (row, inv) in inverse_sums.iter().enumerate() {
+                // SAFETY: row < len: this task's block of out, d values from column head d.
+                let out = unsafe {
+                    std::slice::from_raw_parts_mut(dst.0.add((offset + row) * hidden + head * d), d)
+                };
+                for v in out {
+                    *v *= inv;
+                }
+            }
+        });
     };
-    if threads > 1 && tasks.len() > 1 {
-        tasks.par_iter().for_each(task);
-    } else {
-        tasks.iter().for_each(task);
-    }
+    share.split(tasks.len(), |part| {
+        let mine = &tasks[part];
+        if share.member.is_none() && share.threads > 1 && mine.len() > 1 {
+            mine.par_iter().for_each(task);
+        } else {
+            mine.iter().for_each(task);
+        }
+    });
+}
+
+thread_local! {
+    /// One head's attention scores and their rows' inverse sums (reused across calls).
+    static SCORES: std::cell::RefCell<(Vec<f32>, Vec<f32>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
 }
 
 #[cfg(test)]
@@ -588,7 +804,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn erf_is_within_1_5e_7_of_the_exact_value() {
+    fn erf_is_within_5e_7_of_the_exact_value() {
         // The reference: candle's f64 erf (a port of the Boost implementation).
         let mut worst = 0f64;
         for i in -60_000..=60_000 {
@@ -598,7 +814,7 @@ mod tests {
             worst = worst.max((got - want).abs());
         }
         eprintln!("erf worst {worst:e}");
-        assert!(worst < 1.5e-7, "worst {worst:e}");
+        assert!(worst < 5e-7, "worst {worst:e}");
     }
 
     #[test]
