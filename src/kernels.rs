@@ -554,24 +554,11 @@ thread_local! {
 const KEEP_ACTIVATIONS: usize = 1 << 20;
 
 /// `n` zeros. A large buffer is mapped fresh (the allocator's threshold is fixed, see
-/// `crate::threads`), not written here, and asked for transparent huge pages: a batch's
-/// activations then fault in 2 MB at a time, not 4 kB (measured: page faults were ~5% of a
-/// batch's time).
+/// `crate::threads`), not written here, and backed by huge pages (measured: page faults
+/// were ~5% of a batch's time with 4 kB pages).
 fn zeroed(n: usize) -> Vec<f32> {
     let v = vec![0f32; n];
-    #[cfg(target_os = "linux")]
-    {
-        const HUGE: usize = 2 << 20;
-        let (start, end) = (v.as_ptr() as usize, v.as_ptr() as usize + n * 4);
-        let (from, to) = (start.next_multiple_of(HUGE), end / HUGE * HUGE);
-        if to > from {
-            // SAFETY: advice on whole pages inside the vector's own allocation; it changes
-            // how they are backed, not their contents.
-            unsafe {
-                libc::madvise(from as *mut libc::c_void, to - from, libc::MADV_HUGEPAGE);
-            }
-        }
-    }
+    crate::threads::huge_pages(&v);
     v
 }
 

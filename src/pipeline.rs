@@ -88,6 +88,7 @@ impl Pipeline {
     /// As [`Pipeline::load`], with head files allowed anywhere inside `root`
     /// (pg_embed.model_dir); relative head paths are relative to `dir`.
     pub fn load_within(root: &Path, dir: &Path, options: &Options) -> Result<Self> {
+        crate::threads::fix_mmap_threshold();
         let layout = Layout::read(dir)?;
         let bdir = layout.backbone_dir.as_path();
 
