@@ -19,8 +19,9 @@ const MC: usize = 48;
 /// Inner indices per pass (all of them for a 384-wide input; measured on all-MiniLM-L6-v2's
 /// shapes, 256 to 1536 made no difference beyond this machine's noise).
 const KC: usize = 512;
-/// Inner indices ahead at which a tile asks for its panel's lines (measured on one 37-token
-/// sentence: 7.0 ms with, 7.9-8.3 ms without; 64 and 128 were no better than 32).
+/// Inner indices ahead at which a tile asks for its panel's lines (measured, single-sentence
+/// p50 over the bench corpus on 2 threads: 7.0 ms with, 7.9-8.3 ms without; 64 and 128
+/// were no better than 32).
 const PREFETCH: usize = 32;
 
 /// Whether this CPU has AVX-512 F, VL and DQ (checked once).
