@@ -38,29 +38,7 @@ fn main() {
             } else {
                 f64::NAN
             };
-            let g = run(&mut || unsafe {
-                gemm::gemm(
-                    rows,
-                    n,
-                    k,
-                    out.as_mut_ptr(),
-                    1,
-                    n as isize,
-                    false,
-                    x.as_ptr(),
-                    1,
-                    k as isize,
-                    w.as_ptr(),
-                    k as isize,
-                    1,
-                    0.0,
-                    1.0,
-                    false,
-                    false,
-                    false,
-                    if par > 1 { gemm::Parallelism::Rayon(par) } else { gemm::Parallelism::None },
-                )
-            });
+            let g = run(&mut || pg_embed::kernels::torch_product(&x, &w, &mut out, n, k, par));
             println!("{rows:>5} {n:>5} {k:>5} {par:>8} {p:>12.1} {g:>12.1}");
         }
     }

@@ -134,32 +134,7 @@ impl Linear {
         }
         match &self.weight {
             Weight::Packed(p) => return p.product(x, Some(&self.bias), residual, then, out, threads),
-            // SAFETY: out is [rows, n] and x is [rows, k], row-major; weight is [n, k]
-            // row-major, read as the [k, n] right-hand side (column stride k); all of exactly
-            // those sizes (checked above); dst does not alias either input.
-            Weight::Torch(weight) => unsafe {
-                gemm::gemm(
-                    rows,
-                    n,
-                    k,
-                    out.as_mut_ptr(),
-                    1,
-                    n as isize,
-                    false,
-                    x.as_ptr(),
-                    1,
-                    k as isize,
-                    weight.as_ptr(),
-                    k as isize,
-                    1,
-                    0.0,
-                    1.0,
-                    false,
-                    false,
-                    false,
-                    parallelism(threads),
-                )
-            },
+            Weight::Torch(weight) => torch_product(x, weight, out, n, k, threads),
         }
         add_bias(out, &self.bias, residual);
         if let Some(then) = then {
@@ -172,30 +147,27 @@ impl Linear {
     /// As `forward`, for this thread's share of the output columns.
     ///
     /// # Safety
-    /// `out` is valid for writes of [rows of x, outputs] row-major; while this runs, no
-    /// other thread reads or writes this share's columns of it, nor writes `x` or `residual`.
+    /// `out` is valid for writes of its length; while this runs, no other thread reads or
+    /// writes this share's columns of it, nor writes `x` or `residual`.
     unsafe fn forward_shared(
         &self,
         x: &[f32],
         residual: Option<&[f32]>,
         then: Option<&matmul::Then<'_>>,
-        out: *mut f32,
+        out: Buf,
         share: Share,
     ) {
-        let len = x.len() / self.inputs * self.outputs;
         match (&self.weight, share.member) {
             (_, None) => {
                 // SAFETY: as the caller promises, and this thread has all of out.
-                let out = unsafe { std::slice::from_raw_parts_mut(out, len) };
+                let out = unsafe { std::slice::from_raw_parts_mut(out.ptr, out.len) };
                 self.forward(x, residual, then, out, share.threads)
             }
             (Weight::Packed(p), Some(_)) => {
-                let rows = p.rows(x, len);
-                let out = Out(out);
+                let rows = p.rows(x, out.len);
                 share.split(p.panel_count(), |panels| {
-                    let out = out;
                     // SAFETY: as the caller promises; the step's chunks are disjoint panels.
-                    unsafe { p.product_panels(x, Some(&self.bias), residual, then, out.0, rows, panels) }
+                    unsafe { p.product_panels(x, Some(&self.bias), residual, then, out.ptr, rows, panels) }
                 });
             }
             (Weight::Torch(_), Some(_)) => unreachable!("a team computes packed weights only"),
@@ -204,6 +176,52 @@ impl Linear {
 
     fn is_packed(&self) -> bool {
         matches!(self.weight, Weight::Packed(_))
+    }
+}
+
+/// out = x W^T with the `gemm` crate: `x` [rows, inputs], `weight` [outputs, inputs] (torch's
+/// layout, read as the [inputs, outputs] right-hand side), `out` [rows, outputs], all
+/// row-major; the product split across `threads` compute threads of the current pool.
+pub fn torch_product(
+    x: &[f32],
+    weight: &[f32],
+    out: &mut [f32],
+    outputs: usize,
+    inputs: usize,
+    threads: usize,
+) {
+    let rows = x.len() / inputs.max(1);
+    assert_eq!(x.len(), rows * inputs, "input width");
+    assert_eq!(weight.len(), outputs * inputs, "weight size");
+    assert_eq!(out.len(), rows * outputs, "output size");
+    if rows == 0 || outputs == 0 {
+        return;
+    }
+    // SAFETY: out is [rows, outputs] and x is [rows, inputs], row-major; weight is
+    // [outputs, inputs] row-major, read as the [inputs, outputs] right-hand side (column
+    // stride inputs); all of exactly those sizes (checked above); out aliases neither.
+    unsafe {
+        gemm::gemm(
+            rows,
+            outputs,
+            inputs,
+            out.as_mut_ptr(),
+            1,
+            outputs as isize,
+            false,
+            x.as_ptr(),
+            1,
+            inputs as isize,
+            weight.as_ptr(),
+            inputs as isize,
+            1,
+            0.0,
+            1.0,
+            false,
+            false,
+            false,
+            parallelism(threads),
+        )
     }
 }
 
@@ -522,21 +540,16 @@ impl Stack {
         let h = self.hidden;
         let tokens = b.x.len / h;
         let activation = |rows: &mut [f32]| self.activation.apply(rows);
+        let tasks = attention_tasks(lengths, self.heads);
         unsafe {
             for layer in &self.layers {
                 let inner = Buf { ptr: b.inner.ptr, len: tokens * layer.up.outputs() };
-                layer.qkv.forward_shared(b.x.get(), None, None, b.qkv.ptr, share);
-                attention(b.qkv.get(), h, self.heads, lengths, bias, b.context.ptr, share);
-                layer.attention_out.forward_shared(
-                    b.context.get(),
-                    Some(b.x.get()),
-                    None,
-                    b.attended.ptr,
-                    share,
-                );
+                layer.qkv.forward_shared(b.x.get(), None, None, b.qkv, share);
+                attention(b.qkv.get(), h, self.heads, lengths, &tasks, bias, b.context, share);
+                layer.attention_out.forward_shared(b.context.get(), Some(b.x.get()), None, b.attended, share);
                 rows_shared(b.attended, h, share, &|rows| layer.attention_norm.forward(rows));
-                layer.up.forward_shared(b.attended.get(), None, Some(&activation), inner.ptr, share);
-                layer.down.forward_shared(inner.get(), Some(b.attended.get()), None, b.x.ptr, share);
+                layer.up.forward_shared(b.attended.get(), None, Some(&activation), inner, share);
+                layer.down.forward_shared(inner.get(), Some(b.attended.get()), None, b.x, share);
                 rows_shared(b.x, h, share, &|rows| layer.output_norm.forward(rows));
             }
         }
@@ -588,6 +601,15 @@ unsafe impl Sync for Buf {}
 impl Buf {
     fn of(v: &mut [f32]) -> Self {
         Buf { ptr: v.as_mut_ptr(), len: v.len() }
+    }
+
+    /// The address of element `i` (a method, so that closures capture the whole `Buf`,
+    /// which may cross threads, not its pointer).
+    ///
+    /// # Safety
+    /// `i` is within the buffer.
+    unsafe fn at(self, i: usize) -> *mut f32 {
+        unsafe { self.ptr.add(i) }
     }
 
     /// # Safety
@@ -657,15 +679,22 @@ fn for_rows(x: &mut [f32], width: usize, threads: usize, f: &(dyn Fn(&mut [f32])
     }
 }
 
-/// A pointer that may cross to the pool's threads; every task writes a disjoint block.
-#[derive(Clone, Copy)]
-struct Out(*mut f32);
-unsafe impl Send for Out {}
-unsafe impl Sync for Out {}
+/// (offset, length, head) of every sequence and head of a packed batch: attention's tasks.
+fn attention_tasks(lengths: &[usize], heads: usize) -> Vec<(usize, usize, usize)> {
+    let mut tasks = Vec::with_capacity(lengths.len() * heads);
+    let mut offset = 0;
+    for &len in lengths {
+        if len > 0 {
+            tasks.extend((0..heads).map(|head| (offset, len, head)));
+        }
+        offset += len;
+    }
+    tasks
+}
 
-/// Scaled dot-product attention of every sequence and head: `qkv` [tokens, 3 hidden] (Q, K,
-/// V side by side, heads contiguous within each), written to `out` [tokens, hidden]; in a
-/// team, this thread's share of the (sequence, head) pairs.
+/// Scaled dot-product attention of every sequence and head (`tasks`, from
+/// `attention_tasks`): `qkv` [tokens, 3 hidden] (Q, K, V side by side, heads contiguous
+/// within each), written to `out` [tokens, hidden]; in a team, chunks of the tasks.
 ///
 /// # Safety
 /// `out` is valid for writes of [tokens, hidden]; no other thread reads or writes this
@@ -675,8 +704,9 @@ unsafe fn attention(
     hidden: usize,
     heads: usize,
     lengths: &[usize],
+    tasks: &[(usize, usize, usize)],
     bias: Option<&AttentionBias>,
-    out: *mut f32,
+    out: Buf,
     share: Share,
 ) {
     let d = hidden / heads;
@@ -684,21 +714,12 @@ unsafe fn attention(
     let scale = 1.0 / (d as f32).sqrt();
     let tokens: usize = lengths.iter().sum();
     assert_eq!(qkv.len(), tokens * stride, "qkv size");
+    assert_eq!(out.len, tokens * hidden, "context size");
     if let Some(b) = bias {
         let longest = lengths.iter().copied().max().unwrap_or(0);
         assert!(b.size >= longest && b.values.len() == heads * b.size * b.size, "bias size");
     }
-    let mut tasks = Vec::with_capacity(lengths.len() * heads);
-    let mut offset = 0;
-    for &len in lengths {
-        if len > 0 {
-            tasks.extend((0..heads).map(|head| (offset, len, head)));
-        }
-        offset += len;
-    }
-    let dst = Out(out);
     let task = |&(offset, len, head): &(usize, usize, usize)| {
-        let dst = dst;
         SCORES.with_borrow_mut(|(scores, inverse_sums)| {
             scores.clear();
             scores.resize(len * len, 0.0);
@@ -743,7 +764,7 @@ unsafe fn attention(
                     len,
                     d,
                     len,
-                    dst.0.add(offset * hidden + head * d),
+                    out.at(offset * hidden + head * d),
                     1,
                     hidden as isize,
                     false,
@@ -763,9 +784,8 @@ unsafe fn attention(
             }
             for (row, inv) in inverse_sums.iter().enumerate() {
                 // SAFETY: row < len: this task's block of out, d values from column head d.
-                let out = unsafe {
-                    std::slice::from_raw_parts_mut(dst.0.add((offset + row) * hidden + head * d), d)
-                };
+                let out =
+                    unsafe { std::slice::from_raw_parts_mut(out.at((offset + row) * hidden + head * d), d) };
                 for v in out {
                     *v *= inv;
                 }
