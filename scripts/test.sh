@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # `make test`: every test of pg_embed.
+#   0. scripts/check_docker_test.py: docker/ checked statically (and the check itself tested)
 #   1. cargo pgrx test pg18   (#[pg_test] in a throw-away cluster + plain #[test])
 #   2. cargo pgrx install --release
 #   3. a fresh, separate test server (port ${PG_EMBED_TEST_PORT:-28819}, .pg/test-data)
@@ -33,6 +34,13 @@ export PG_EMBED_FIXTURES="$REPO/tests/fixtures"
 section_done
 
 cd "$REPO"
+
+# ---- 0. static check of docker/ (no Docker engine here: the image is not built) ----------
+if [ "$TEST_ONLY" != regress ]; then
+    section "docker/ static check"
+    python3 scripts/check_docker_test.py
+    section_done
+fi
 
 # ---- 1. pgrx tests ---------------------------------------------------------------------
 if [ "$TEST_ONLY" != regress ]; then

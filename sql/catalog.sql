@@ -1,8 +1,18 @@
 -- pg_embed catalog: registered models. Written only through embed.register_model and
--- embed.drop_model (superuser-only); readable by everyone, so any role may run
--- inference on registered models.
+-- embed.drop_model, which superusers and members of embed_admin may call; readable by
+-- everyone, so any role may run inference on registered models.
 CREATE SCHEMA IF NOT EXISTS embed;
 GRANT USAGE ON SCHEMA embed TO PUBLIC;
+
+-- The role whose members may register and drop models (roles are cluster-wide: it is made
+-- once and kept when the extension is dropped).
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'embed_admin') THEN
+        CREATE ROLE embed_admin NOLOGIN;
+    END IF;
+END
+$$;
 
 -- Every registration takes a new revision; backends compare it with the revision of
 -- their cached pipeline, so a re-registered or dropped model is never served stale.
@@ -17,12 +27,18 @@ CREATE TABLE embed.models (
     dim           integer NOT NULL CHECK (dim > 0),
     max_length    integer NOT NULL CHECK (max_length > 0),
     revision      bigint NOT NULL,
+    -- hf: sources: the commit the revision resolved to, and the sha256 of every file of
+    -- that snapshot; loading verifies both.
+    resolved_revision text,
+    file_sha256   jsonb,
     registered_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
     registered_by name NOT NULL DEFAULT CURRENT_USER
 );
 COMMENT ON TABLE embed.models IS 'Models registered with embed.register_model; one row per model name.';
 REVOKE ALL ON embed.models FROM PUBLIC;
 GRANT SELECT ON embed.models TO PUBLIC;
+GRANT INSERT, UPDATE, DELETE ON embed.models TO embed_admin;
+GRANT USAGE ON SEQUENCE embed.model_revision TO embed_admin;
 
 -- Registrations are user data: pg_dump keeps them.
 SELECT pg_catalog.pg_extension_config_dump('embed.models', '');

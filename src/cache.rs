@@ -7,8 +7,9 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 use crate::catalog;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::guc;
+use crate::hub::{self, HubSource, Pin};
 use crate::options::Options;
 use crate::pipeline::Pipeline;
 use crate::source;
@@ -16,6 +17,19 @@ use crate::source;
 struct Entry {
     revision: i64,
     pipeline: Rc<Pipeline>,
+    load_ms: f64,
+    bytes_resident: u64,
+}
+
+/// One model in this backend's cache, as `embed.loaded_models()` shows it.
+pub struct Loaded {
+    pub name: String,
+    pub revision: i64,
+    pub pipeline: Rc<Pipeline>,
+    /// Time to load it (read, check and prepare the files).
+    pub load_ms: f64,
+    /// Growth of the backend's resident memory while it loaded.
+    pub bytes_resident: u64,
 }
 
 thread_local! {
@@ -26,6 +40,9 @@ thread_local! {
 pub fn get(name: &str) -> Result<(Rc<Pipeline>, catalog::ModelRow)> {
     let row = match catalog::lookup(name) {
         Ok(row) => row,
+        Err(Error::ModelNotRegistered(_)) if guc::auto_register() && name.contains('/') => {
+            return auto_register(name);
+        }
         Err(e) => {
             evict(name);
             return Err(e);
@@ -43,24 +60,121 @@ pub fn get(name: &str) -> Result<(Rc<Pipeline>, catalog::ModelRow)> {
     if let Some(p) = cached {
         return Ok((p, row));
     }
-    let pipeline = load(&row.source, &Options::from_json(&row.options)?)?;
+    let pipeline = load(&row.source, &Options::from_json(&row.options)?, row.pin.as_ref())?;
     Ok((insert(name, row.revision, pipeline), row))
 }
 
-/// Loads a pipeline from a source inside pg_embed.model_dir.
-pub fn load(source_name: &str, options: &Options) -> Result<Pipeline> {
-    let model_dir = guc::model_dir();
-    let dir = source::resolve(&model_dir, source_name)?;
-    Pipeline::load_within(std::path::Path::new(&model_dir), &dir, options)
+/// `embed('org/name', ...)` for a model that is not registered but is in the hub cache,
+/// with pg_embed.auto_register on: registered as `hf:org/name` with default options.
+fn auto_register(name: &str) -> Result<(Rc<Pipeline>, catalog::ModelRow)> {
+    let source = format!("hf:{name}");
+    let fresh = match load(&source, &Options::default(), None) {
+        Ok(fresh) => fresh,
+        Err(Error::NotInHubCache { .. } | Error::InvalidSource { .. }) => {
+            return Err(Error::ModelNotRegistered(name.into()))
+        }
+        Err(e) => return Err(e),
+    };
+    let options = serde_json::json!({});
+    let revision = catalog::upsert_as_owner(name, &source, &options, fresh.pipeline.info(), fresh.pin.as_ref())?;
+    let row = catalog::ModelRow { source, options, revision, pin: fresh.pin.clone() };
+    Ok((insert(name, revision, fresh), row))
 }
 
-pub fn insert(name: &str, revision: i64, pipeline: Pipeline) -> Rc<Pipeline> {
-    let pipeline = Rc::new(pipeline);
-    let entry = Entry { revision, pipeline: pipeline.clone() };
+/// A pipeline loaded from a source, with what the load cost and, for a hub source, what
+/// its registration pins.
+pub struct Fresh {
+    pub pipeline: Pipeline,
+    pub pin: Option<Pin>,
+    load_ms: f64,
+    bytes_resident: u64,
+}
+
+/// Loads a pipeline from a source: a directory inside pg_embed.model_dir, or `hf:` from the
+/// hub cache (at the pinned commit, its files verified, when `pin` is given).
+pub fn load(source_name: &str, options: &Options, pin: Option<&Pin>) -> Result<Fresh> {
+    let (started, rss) = (std::time::Instant::now(), resident_bytes());
+    let (pipeline, pin) = match HubSource::parse(source_name) {
+        None => {
+            let model_dir = guc::model_dir();
+            let dir = source::resolve(&model_dir, source_name)?;
+            (Pipeline::load_within(std::path::Path::new(&model_dir), &dir, options)?, None)
+        }
+        Some(parsed) => {
+            let mut hub_source = parsed?;
+            if let Some(pin) = pin {
+                hub_source.revision = pin.commit.clone();
+            }
+            let cache = hub::cache_dir(&guc::hf_cache())?;
+            let snapshot = match hub_source.find(&cache) {
+                Err(Error::NotInHubCache { .. }) if guc::allow_download() => hub::download(&cache, &hub_source)?,
+                found => found?,
+            };
+            let files = match pin {
+                Some(pin) => {
+                    hub::verify(&snapshot.repo_dir, &snapshot.dir, &pin.files)?;
+                    pin.files.clone()
+                }
+                None => hub::digests(&snapshot.repo_dir, &snapshot.dir)?,
+            };
+            let pipeline = Pipeline::load_within(&snapshot.repo_dir, &snapshot.dir, options)?;
+            (pipeline, Some(Pin { commit: snapshot.commit, files }))
+        }
+    };
+    Ok(Fresh {
+        pipeline,
+        pin,
+        load_ms: started.elapsed().as_secs_f64() * 1e3,
+        bytes_resident: resident_bytes().saturating_sub(rss),
+    })
+}
+
+pub fn insert(name: &str, revision: i64, fresh: Fresh) -> Rc<Pipeline> {
+    let pipeline = Rc::new(fresh.pipeline);
+    let entry = Entry {
+        revision,
+        pipeline: pipeline.clone(),
+        load_ms: fresh.load_ms,
+        bytes_resident: fresh.bytes_resident,
+    };
     CACHE.with_borrow_mut(|c| c.insert(name.to_string(), entry));
     pipeline
 }
 
 pub fn evict(name: &str) {
     CACHE.with_borrow_mut(|c| c.remove(name));
+}
+
+/// This backend's cached models, by name.
+pub fn loaded() -> Vec<Loaded> {
+    let mut all: Vec<Loaded> = CACHE.with_borrow(|c| {
+        c.iter()
+            .map(|(name, e)| Loaded {
+                name: name.clone(),
+                revision: e.revision,
+                pipeline: e.pipeline.clone(),
+                load_ms: e.load_ms,
+                bytes_resident: e.bytes_resident,
+            })
+            .collect()
+    });
+    all.sort_by(|a, b| a.name.cmp(&b.name));
+    all
+}
+
+/// Drops `name` (every model when `None`) from this backend's cache; how many were dropped.
+pub fn unload(name: Option<&str>) -> usize {
+    CACHE.with_borrow_mut(|c| match name {
+        Some(name) => usize::from(c.remove(name).is_some()),
+        None => c.drain().count(),
+    })
+}
+
+/// The process's resident set size (0 where /proc is not available).
+fn resident_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: u64 = statm.split_whitespace().nth(1).and_then(|p| p.parse().ok()).unwrap_or(0);
+    // SAFETY: sysconf only reads a system constant.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    pages * u64::try_from(page).unwrap_or(4096)
 }

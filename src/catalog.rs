@@ -4,19 +4,23 @@ use pgrx::prelude::*;
 use pgrx::JsonB;
 
 use crate::error::{Error, Result};
+use crate::hub::Pin;
 use crate::pipeline::PipelineInfo;
 
 pub struct ModelRow {
     pub source: String,
     pub options: serde_json::Value,
     pub revision: i64,
+    /// For `hf:` sources: the commit and file digests recorded at registration.
+    pub pin: Option<Pin>,
 }
 
 fn spi_err(e: pgrx::spi::SpiError) -> Error {
     Error::Catalog(e.to_string())
 }
 
-const LOOKUP: &str = "SELECT source, options, revision FROM embed.models WHERE name = $1";
+const LOOKUP: &str =
+    "SELECT source, options, revision, resolved_revision, file_sha256 FROM embed.models WHERE name = $1";
 
 thread_local! {
     /// The lookup's plan, prepared once per backend (every inference call runs it).
@@ -35,30 +39,53 @@ pub fn lookup(name: &str) -> Result<ModelRow> {
             if table.is_empty() {
                 return Ok(None);
             }
-            table.first().get_three::<String, JsonB, i64>().map(Some)
+            let row = table.first();
+            let (source, options, revision) = row.get_three::<String, JsonB, i64>()?;
+            let commit = row.get::<String>(4)?;
+            let files = row.get::<JsonB>(5)?;
+            Ok(Some((source, options, revision, commit, files)))
         })
     })
     .map_err(spi_err)?;
     match row {
-        Some((Some(source), Some(options), Some(revision))) => {
-            Ok(ModelRow { source, options: options.0, revision })
+        Some((Some(source), Some(options), Some(revision), commit, files)) => {
+            let pin = match (commit, files) {
+                (Some(commit), Some(files)) => Some(Pin {
+                    commit,
+                    files: serde_json::from_value(files.0)
+                        .map_err(|e| Error::Catalog(format!("file_sha256 of model \"{name}\": {e}")))?,
+                }),
+                _ => None,
+            };
+            Ok(ModelRow { source, options: options.0, revision, pin })
         }
         _ => Err(Error::ModelNotRegistered(name.into())),
     }
 }
 
 /// Inserts or replaces a registration; returns its new revision.
-pub fn upsert(name: &str, source: &str, options: &serde_json::Value, info: &PipelineInfo) -> Result<i64> {
+pub fn upsert(
+    name: &str,
+    source: &str,
+    options: &serde_json::Value,
+    info: &PipelineInfo,
+    pin: Option<&Pin>,
+    registered_by: &str,
+) -> Result<i64> {
+    let files = pin.map(|p| JsonB(serde_json::json!(p.files)));
     let revision = Spi::connect_mut(|client| {
         client
             .update(
-                "INSERT INTO embed.models (name, source, options, task, architecture, dim, max_length, revision)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, pg_catalog.nextval('embed.model_revision'))
+                "INSERT INTO embed.models (name, source, options, task, architecture, dim, max_length, revision,
+                                           resolved_revision, file_sha256, registered_by)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, pg_catalog.nextval('embed.model_revision'), $8, $9,
+                         $10::text::name)
                  ON CONFLICT (name) DO UPDATE SET
                     source = EXCLUDED.source, options = EXCLUDED.options, task = EXCLUDED.task,
                     architecture = EXCLUDED.architecture, dim = EXCLUDED.dim,
                     max_length = EXCLUDED.max_length, revision = EXCLUDED.revision,
-                    registered_at = pg_catalog.now(), registered_by = CURRENT_USER
+                    resolved_revision = EXCLUDED.resolved_revision, file_sha256 = EXCLUDED.file_sha256,
+                    registered_at = pg_catalog.now(), registered_by = EXCLUDED.registered_by
                  RETURNING revision",
                 Some(1),
                 &[
@@ -69,6 +96,9 @@ pub fn upsert(name: &str, source: &str, options: &serde_json::Value, info: &Pipe
                     info.architecture.into(),
                     (info.dim as i32).into(),
                     (info.max_length as i32).into(),
+                    pin.map(|p| p.commit.clone()).into(),
+                    files.into(),
+                    registered_by.into(),
                 ],
             )?
             .first()
@@ -86,4 +116,69 @@ pub fn delete(name: &str) -> Result<bool> {
             .map(|t| !t.is_empty())
     })
     .map_err(spi_err)
+}
+
+/// Whether the current role may register and drop models: a superuser, or a role with the
+/// privileges of `embed_admin`.
+pub fn is_admin() -> bool {
+    // SAFETY: these read the current role and the role catalog; get_role_oid with
+    // missing_ok returns InvalidOid instead of raising when the role does not exist.
+    unsafe {
+        if pg_sys::superuser() {
+            return true;
+        }
+        let admin = pg_sys::get_role_oid(c"embed_admin".as_ptr(), true);
+        admin != pg_sys::InvalidOid && pg_sys::has_privs_of_role(pg_sys::GetUserId(), admin)
+    }
+}
+
+/// The current role's name.
+pub fn current_user() -> Result<String> {
+    Spi::get_one::<String>("SELECT current_user::text")
+        .map_err(spi_err)?
+        .ok_or_else(|| Error::Catalog("no current user".into()))
+}
+
+/// Restores the user id and security context saved when it was made (a transaction or
+/// subtransaction abort restores them too).
+struct AsUser {
+    saved: (pg_sys::Oid, i32),
+}
+
+impl AsUser {
+    fn switch_to(user: pg_sys::Oid) -> Self {
+        let mut saved = (pg_sys::InvalidOid, 0);
+        // SAFETY: saving and setting the current user id, as Postgres does to run
+        // maintenance commands as a table's owner; Drop restores it.
+        unsafe {
+            pg_sys::GetUserIdAndSecContext(&mut saved.0, &mut saved.1);
+            pg_sys::SetUserIdAndSecContext(user, saved.1 | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32);
+        }
+        AsUser { saved }
+    }
+}
+
+impl Drop for AsUser {
+    fn drop(&mut self) {
+        // SAFETY: restores what switch_to saved.
+        unsafe { pg_sys::SetUserIdAndSecContext(self.saved.0, self.saved.1) }
+    }
+}
+
+/// As [`upsert`], run as the owner of `embed.models`: auto-registration (pg_embed.auto_register,
+/// which only a superuser turns on) by a role that may not register models itself. The
+/// calling role is recorded as `registered_by`.
+pub fn upsert_as_owner(
+    name: &str,
+    source: &str,
+    options: &serde_json::Value,
+    info: &PipelineInfo,
+    pin: Option<&Pin>,
+) -> Result<i64> {
+    let user = current_user()?;
+    let owner = Spi::get_one::<pg_sys::Oid>("SELECT relowner FROM pg_catalog.pg_class WHERE oid = 'embed.models'::regclass")
+        .map_err(spi_err)?
+        .ok_or_else(|| Error::Catalog("embed.models has no owner".into()))?;
+    let _owner = AsUser::switch_to(owner);
+    upsert(name, source, options, info, pin, &user)
 }

@@ -10,6 +10,8 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub enum SqlState {
     /// 22023 invalid_parameter_value
     InvalidParameterValue,
+    /// 22001 string_data_right_truncation
+    StringDataRightTruncation,
     /// 42704 undefined_object
     UndefinedObject,
     /// 42501 insufficient_privilege
@@ -57,9 +59,6 @@ pub enum Error {
     #[error("invalid model source \"{source_name}\": {reason}")]
     InvalidSource { source_name: String, reason: String },
 
-    #[error("model source \"{source_name}\" is not supported: {reason}")]
-    UnsupportedSource { source_name: String, reason: String },
-
     #[error("model source \"{source_name}\" does not exist in pg_embed.model_dir")]
     SourceNotFound { source_name: String },
 
@@ -104,6 +103,21 @@ pub enum Error {
 
     #[error("inference failed: {0}")]
     Inference(String),
+
+    #[error("input has {tokens} tokens, more than the model's max_length of {max_length}")]
+    InputTooLong { tokens: usize, max_length: usize },
+
+    #[error("invalid {what}: {reason}")]
+    InvalidArgument { what: &'static str, reason: String },
+
+    #[error("\"{repo}\" at revision \"{revision}\" is not in the Hugging Face cache \"{}\"", cache.display())]
+    NotInHubCache { repo: String, revision: String, cache: PathBuf },
+
+    #[error("could not download \"{repo}\" from the Hugging Face hub: {message}")]
+    HubDownload { repo: String, message: String },
+
+    #[error("model file \"{}\" does not match its registration: sha256 {actual}, registered {expected}", path.display())]
+    ChecksumMismatch { path: PathBuf, expected: String, actual: String },
 }
 
 impl Error {
@@ -111,13 +125,21 @@ impl Error {
         use Error::*;
         match self {
             ModelNotRegistered(_) => SqlState::UndefinedObject,
-            InvalidModelName(_) | InvalidOptions(_) | InvalidSource { .. } | UnknownPrompt { .. } => {
+            InputTooLong { .. } => SqlState::StringDataRightTruncation,
+            NotInHubCache { .. } => SqlState::UndefinedFile,
+            HubDownload { .. } => SqlState::IoError,
+            ChecksumMismatch { .. } => SqlState::DataCorrupted,
+            InvalidModelName(_)
+            | InvalidOptions(_)
+            | InvalidSource { .. }
+            | UnknownPrompt { .. }
+            | InvalidArgument { .. } => {
                 SqlState::InvalidParameterValue
             }
             ModelDirInvalid { .. } => SqlState::UndefinedFile,
             PermissionDenied { .. } | SourceOutsideModelDir { .. } => SqlState::InsufficientPrivilege,
             ModelDirNotSet => SqlState::ObjectNotInPrerequisiteState,
-            UnsupportedSource { .. } | Unsupported { .. } | NoPairTemplate => SqlState::FeatureNotSupported,
+            Unsupported { .. } | NoPairTemplate => SqlState::FeatureNotSupported,
             SourceNotFound { .. } | MissingFile { .. } => SqlState::UndefinedFile,
             Io { .. } => SqlState::IoError,
             InvalidFile { .. } => SqlState::DataCorrupted,
@@ -147,7 +169,22 @@ impl Error {
             UnknownPrompt { known, .. } => Some(format!(
                 "The model's prompts: {known}. Add prompts with options => '{{\"prompts\": {{\"name\": \"text\"}}}}'."
             )),
-            PermissionDenied { .. } => Some("Only superusers may register or drop models.".into()),
+            PermissionDenied { .. } => Some(
+                "Superusers and members of the role embed_admin may register, drop and auto-register models; everyone may run inference on registered models."
+                    .into(),
+            ),
+            InputTooLong { .. } => Some(
+                "Split it with embed.chunk(), or register the model with options => '{\"long_input\": \"truncate\"}' or '{\"long_input\": \"mean_of_chunks\"}'."
+                    .into(),
+            ),
+            NotInHubCache { .. } => Some(
+                "Put the model into the cache (huggingface-cli download org/name, with HF_HOME or pg_embed.hf_cache pointing at the cache), or let a superuser SET pg_embed.allow_download = on."
+                    .into(),
+            ),
+            ChecksumMismatch { .. } => Some(
+                "The cached file changed after registration. Re-register the model (and re-embed) if the change is intended."
+                    .into(),
+            ),
             WrongTask { call: "embed", .. } => Some(
                 "Use classify() or classify_labels(), or register it with options => '{\"task\": \"embed\"}' to embed with its backbone."
                     .into(),

@@ -7,6 +7,10 @@ use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
 static MODEL_DIR: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
 static THREADS: GucSetting<i32> = GucSetting::<i32>::new(0);
 static MAX_BATCH_TOKENS: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_MAX_BATCH_TOKENS);
+static HF_CACHE: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+static ALLOW_DOWNLOAD: GucSetting<bool> = GucSetting::<bool>::new(false);
+static AUTO_REGISTER: GucSetting<bool> = GucSetting::<bool>::new(false);
+static PRELOAD: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
 
 /// Padded tokens per forward pass of the array and rerank forms: bounds activation memory
 /// (for a 12-layer, 384-wide model about 10 MB of activations per 1,000 tokens at short
@@ -42,6 +46,59 @@ pub fn register() {
         GucContext::Userset,
         GucFlags::default(),
     );
+    GucRegistry::define_string_guc(
+        c"pg_embed.hf_cache",
+        c"Hugging Face hub cache that hf: sources are resolved in.",
+        c"Laid out as huggingface_hub lays it out (models--org--name/refs, snapshots, blobs). Unset: HF_HUB_CACHE, HF_HOME/hub or ~/.cache/huggingface/hub of the server's OS user. Superuser only.",
+        &HF_CACHE,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_bool_guc(
+        c"pg_embed.allow_download",
+        c"Whether an hf: source missing from the cache is downloaded from the hub.",
+        c"Off: hf: sources must already be in the cache. Only configs, tokenizers and safetensors weights are fetched. Superuser only.",
+        &ALLOW_DOWNLOAD,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_bool_guc(
+        c"pg_embed.auto_register",
+        c"Whether embed('org/name', ...) registers a model that is in the hub cache but not registered.",
+        c"The model is registered as hf:org/name with default options, pinned to the commit refs/main names. Superuser only.",
+        &AUTO_REGISTER,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_string_guc(
+        c"pg_embed.preload",
+        c"Registered models (comma-separated) that a session loads when it starts.",
+        c"Loaded by embed.preload() (called by the login event trigger embed_preload) so the first query does not pay for the load. Superuser only.",
+        &PRELOAD,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
+}
+
+/// `pg_embed.hf_cache`, or "" when unset.
+pub fn hf_cache() -> String {
+    HF_CACHE.get().map(|c| c.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+/// `pg_embed.allow_download`.
+pub fn allow_download() -> bool {
+    ALLOW_DOWNLOAD.get()
+}
+
+/// `pg_embed.auto_register`.
+pub fn auto_register() -> bool {
+    AUTO_REGISTER.get()
+}
+
+/// The model names of `pg_embed.preload`.
+pub fn preload() -> Vec<String> {
+    let list = PRELOAD.get().map(|c| c.to_string_lossy().into_owned()).unwrap_or_default();
+    list.split(',').map(str::trim).filter(|n| !n.is_empty()).map(String::from).collect()
 }
 
 /// `pg_embed.threads`, with 0 resolved to the machine's cores.

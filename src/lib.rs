@@ -1,19 +1,23 @@
 //! pg_embed: transformer models inside PostgreSQL.
 //!
 //! Layout: `sql`, `guc`, `catalog` and `cache` are the pgrx edge; `pipeline`, `models`,
-//! `pooling`, `heads`, `classifier`, `kernels`, `st`, `options`, `source`, `threads` and
-//! `error` are plain Rust.
+//! `pooling`, `heads`, `classifier`, `kernels`, `st`, `options`, `source`, `hub`, `chunk`,
+//! `threads` and `error` are plain Rust; `sql/*.sql` holds the SQL-level parts (catalog,
+//! triggers, backfill).
 
 ::pgrx::pg_module_magic!(name, version);
 
 pgrx::extension_sql_file!("../sql/catalog.sql", name = "catalog", bootstrap);
+pgrx::extension_sql_file!("../sql/workflow.sql", name = "workflow", finalize);
 
 mod cache;
 mod catalog;
+pub mod chunk;
 pub mod classifier;
 pub mod error;
 mod guc;
 pub mod heads;
+pub mod hub;
 pub mod kernels;
 pub mod matmul;
 pub mod models;

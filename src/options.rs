@@ -37,6 +37,20 @@ pub struct Options {
     /// Linear heads from safetensors files, applied after the model's own Dense modules.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub heads: Option<Vec<HeadSpec>>,
+    /// What happens to an input longer than max_length tokens (default: truncate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub long_input: Option<LongInput>,
+}
+
+/// `long_input`: an input with more tokens than max_length is truncated (as
+/// sentence-transformers does), refused, or embedded as the mean of its chunks' embeddings.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LongInput {
+    #[default]
+    Truncate,
+    Error,
+    MeanOfChunks,
 }
 
 /// One user-supplied linear head: `activation(x W^T + b)`, W stored as torch.nn.Linear
@@ -140,6 +154,11 @@ mod tests {
             Options::from_json(&json!({"pooling": "max"})).unwrap().pooling.unwrap().to_vec(),
             vec!["max"]
         );
+        for (text, mode) in
+            [("truncate", LongInput::Truncate), ("error", LongInput::Error), ("mean_of_chunks", LongInput::MeanOfChunks)]
+        {
+            assert_eq!(Options::from_json(&json!({"long_input": text})).unwrap().long_input, Some(mode));
+        }
     }
 
     #[test]
@@ -155,6 +174,7 @@ mod tests {
             json!({"prompts": ["query: "]}),
             json!({"heads": {"path": "p"}}),
             json!({"heads": [{"weight": "w"}]}),
+            json!({"long_input": "split"}),
             json!([1]),
             json!("x"),
         ] {

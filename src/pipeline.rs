@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
@@ -14,7 +15,7 @@ use crate::classifier::{Classifier, HeadConfig, Problem};
 use crate::error::{Error, Result};
 use crate::heads::Dense;
 use crate::models::{Backbone, BackboneConfig};
-use crate::options::Options;
+use crate::options::{LongInput, Options};
 use crate::pooling::{self, PoolingMode};
 use crate::st::Layout;
 
@@ -49,7 +50,33 @@ pub struct PipelineInfo {
     pub prompts: BTreeMap<String, String>,
     pub default_prompt: Option<String>,
     pub include_prompt: bool,
+    pub long_input: LongInput,
     pub directory: PathBuf,
+}
+
+/// Work done with a pipeline since it was loaded (what `embed.loaded_models()` shows).
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Calls of embed / classify entry points.
+    pub calls: AtomicU64,
+    /// Inputs (texts or pairs) received.
+    pub inputs: AtomicU64,
+    /// Tokens run through the backbone (special tokens included, padding not).
+    pub tokens: AtomicU64,
+    /// Inputs cut at max_length.
+    pub truncated: AtomicU64,
+    /// Inputs longer than max_length embedded as the mean of their chunks.
+    pub chunked: AtomicU64,
+    /// Batches run through the backbone.
+    pub forward_passes: AtomicU64,
+}
+
+/// Inputs prepared for the backbone: rows of (token ids, pooling skip), and how many
+/// consecutive rows each input spans (more than one for an input embedded as the mean of
+/// its chunks).
+struct Prepared {
+    rows: Vec<(Vec<u32>, usize)>,
+    spans: Vec<usize>,
 }
 
 /// A named prompt and how many of its tokens pooling leaves out when
@@ -61,6 +88,10 @@ struct Prompt {
 
 pub struct Pipeline {
     tokenizer: Tokenizer,
+    /// The same tokenizer without truncation: token counts and offsets of whole texts.
+    untruncated: Tokenizer,
+    long_input: LongInput,
+    stats: Stats,
     backbone: Backbone,
     /// The classification head, for task "classify".
     classifier: Option<Classifier>,
@@ -116,6 +147,7 @@ impl Pipeline {
                 ("prompt", options.prompt.is_some()),
                 ("prompts", options.prompts.is_some()),
                 ("include_prompt", options.include_prompt.is_some()),
+                ("long_input: mean_of_chunks", options.long_input == Some(LongInput::MeanOfChunks)),
             ];
             if let Some((key, _)) = embedding_only.iter().find(|(_, set)| *set) {
                 return Err(Error::InvalidOptions(format!(
@@ -174,6 +206,8 @@ impl Pipeline {
         // sentence-transformers ignores the padding and truncation stored in tokenizer.json:
         // it pads per batch and truncates at max_seq_length.
         tokenizer.with_padding(None);
+        let mut untruncated = tokenizer.clone();
+        untruncated.with_truncation(None).map_err(|e| Error::invalid_file(bdir.join("tokenizer.json"), e))?;
         tokenizer
             .with_truncation(Some(TruncationParams { max_length, ..Default::default() }))
             .map_err(|e| Error::invalid_file(bdir.join("tokenizer.json"), e))?;
@@ -285,10 +319,14 @@ impl Pipeline {
             prompts: prompt_texts,
             default_prompt: default_prompt.clone(),
             include_prompt,
+            long_input: options.long_input.unwrap_or_default(),
             directory: dir.to_path_buf(),
         };
         Ok(Pipeline {
             tokenizer,
+            untruncated,
+            long_input: options.long_input.unwrap_or_default(),
+            stats: Stats::default(),
             backbone,
             classifier,
             heads,
@@ -314,9 +352,35 @@ impl Pipeline {
         self.info.dim
     }
 
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
     /// Token ids for one input, exactly as sentence-transformers tokenizes it.
     pub fn tokenize(&self, text: &str) -> Result<Vec<u32>> {
-        encode(&self.tokenizer, self.lowercase, text)
+        Ok(encode(&self.tokenizer, self.lowercase, text)?.0)
+    }
+
+    /// Tokens of `text` with special tokens, not truncated.
+    fn count_tokens(&self, text: &str) -> Result<usize> {
+        Ok(encode(&self.untruncated, self.lowercase, text)?.0.len())
+    }
+
+    /// `text` split into chunks of at most `max_tokens` tokens of this model's tokenizer
+    /// (special tokens not counted), consecutive chunks sharing about `overlap` tokens;
+    /// see [`crate::chunk::split`].
+    pub fn chunk(&self, text: &str, max_tokens: usize, overlap: usize) -> Result<Vec<crate::chunk::Chunk>> {
+        if max_tokens == 0 {
+            return Err(Error::InvalidArgument { what: "max_tokens", reason: "it must be at least 1".into() });
+        }
+        if overlap >= max_tokens {
+            return Err(Error::InvalidArgument {
+                what: "overlap",
+                reason: format!("{overlap} must be less than max_tokens {max_tokens}"),
+            });
+        }
+        let enc = self.untruncated.encode(text, false).map_err(|e| Error::Tokenize(e.to_string()))?;
+        Ok(crate::chunk::split(text, enc.get_offsets(), max_tokens, overlap))
     }
 
     /// The prompt text for `name`: `None` is the default prompt, `Some("")` no prompt.
@@ -334,17 +398,22 @@ impl Pipeline {
     /// Token ids of one input with a prompt (as [`Pipeline::embed_with_prompt`] takes it),
     /// and how many leading tokens pooling leaves out.
     pub fn tokenize_with_prompt(&self, text: &str, prompt_name: Option<&str>) -> Result<(Vec<u32>, usize)> {
-        self.encode_prompted(text, self.prompt(prompt_name)?)
+        let (ids, skip, _) = self.encode_prompted(text, self.prompt(prompt_name)?)?;
+        Ok((ids, skip))
     }
 
     /// sentence-transformers prepends the prompt to the text before tokenizing; with
     /// include_prompt false, pooling leaves out the prompt's tokens ([CLS] included).
-    fn encode_prompted(&self, text: &str, prompt: Option<&Prompt>) -> Result<(Vec<u32>, usize)> {
+    /// Also whether the input was cut at max_length.
+    fn encode_prompted(&self, text: &str, prompt: Option<&Prompt>) -> Result<(Vec<u32>, usize, bool)> {
         match prompt {
-            None => Ok((self.tokenize(text)?, 0)),
+            None => {
+                let (ids, cut) = encode(&self.tokenizer, self.lowercase, text)?;
+                Ok((ids, 0, cut))
+            }
             Some(p) => {
-                let ids = self.tokenize(&format!("{}{text}", p.text))?;
-                Ok((ids, if self.include_prompt { 0 } else { p.length }))
+                let (ids, cut) = encode(&self.tokenizer, self.lowercase, &format!("{}{text}", p.text))?;
+                Ok((ids, if self.include_prompt { 0 } else { p.length }, cut))
             }
         }
     }
@@ -358,8 +427,9 @@ impl Pipeline {
     /// sentence-transformers' `encode(..., prompt_name=...)` does: `None` is the default
     /// prompt (if any), `Some("")` no prompt.
     pub fn embed_with_prompt(&self, texts: &[&str], prompt_name: Option<&str>) -> Result<Vec<Vec<f32>>> {
-        let encoded = self.encode_all(texts, prompt_name)?;
-        self.embed_encoded(&encoded)
+        let prepared = self.prepare(texts, prompt_name)?;
+        let vectors = self.embed_encoded(&prepared.rows)?;
+        Ok(self.combine(vectors, &prepared.spans))
     }
 
     /// Embeds many inputs (default prompt) in batches of at most `max_batch_tokens` padded
@@ -373,7 +443,8 @@ impl Pipeline {
         threads: usize,
         mut before_batch: impl FnMut() -> Result<()>,
     ) -> Result<Vec<Vec<f32>>> {
-        let encoded = self.encode_all(texts, None)?;
+        let prepared = self.prepare(texts, None)?;
+        let encoded = &prepared.rows;
         let lengths: Vec<usize> = encoded.iter().map(|(ids, _)| ids.len()).collect();
         let mut out: Vec<Vec<f32>> = vec![Vec::new(); encoded.len()];
         for batch in length_batches(&lengths, max_batch_tokens) {
@@ -384,17 +455,81 @@ impl Pipeline {
                 out[i] = v;
             }
         }
-        Ok(out)
+        Ok(self.combine(out, &prepared.spans))
     }
 
-    /// Token ids and the pooling skip of each input, with the named prompt (see
-    /// `embed_with_prompt`).
-    fn encode_all(&self, texts: &[&str], prompt_name: Option<&str>) -> Result<Vec<(Vec<u32>, usize)>> {
+    /// Token ids and the pooling skip of each input with the named prompt (see
+    /// `embed_with_prompt`), an input longer than max_length handled as `long_input` says.
+    fn prepare(&self, texts: &[&str], prompt_name: Option<&str>) -> Result<Prepared> {
         if self.classifier.is_some() {
             return Err(Error::WrongTask { task: "classify", call: "embed" });
         }
         let prompt = self.prompt(prompt_name)?;
-        texts.iter().map(|t| self.encode_prompted(t, prompt)).collect()
+        let mut prepared = Prepared { rows: Vec::with_capacity(texts.len()), spans: Vec::with_capacity(texts.len()) };
+        let (mut truncated, mut chunked) = (0, 0);
+        for text in texts {
+            let (ids, skip, cut) = self.encode_prompted(text, prompt)?;
+            if cut {
+                match self.long_input {
+                    LongInput::Truncate => truncated += 1,
+                    LongInput::Error => {
+                        let full = prompt.map_or_else(|| text.to_string(), |p| format!("{}{text}", p.text));
+                        return Err(Error::InputTooLong {
+                            tokens: self.count_tokens(&full)?,
+                            max_length: self.info.max_length,
+                        });
+                    }
+                    LongInput::MeanOfChunks => {
+                        // Each chunk gets the prompt and the special tokens around it.
+                        let overhead = self.encode_prompted("", prompt)?.0.len();
+                        let budget = self.info.max_length.saturating_sub(overhead).max(1);
+                        let chunks = self.chunk(text, budget, 0)?;
+                        for c in &chunks {
+                            let (ids, skip, _) = self.encode_prompted(&text[c.bytes.clone()], prompt)?;
+                            prepared.rows.push((ids, skip));
+                        }
+                        prepared.spans.push(chunks.len());
+                        chunked += 1;
+                        continue;
+                    }
+                }
+            }
+            prepared.rows.push((ids, skip));
+            prepared.spans.push(1);
+        }
+        let tokens: usize = prepared.rows.iter().map(|(ids, _)| ids.len()).sum();
+        self.stats.calls.fetch_add(1, Relaxed);
+        self.stats.inputs.fetch_add(texts.len() as u64, Relaxed);
+        self.stats.tokens.fetch_add(tokens as u64, Relaxed);
+        self.stats.truncated.fetch_add(truncated, Relaxed);
+        self.stats.chunked.fetch_add(chunked, Relaxed);
+        Ok(prepared)
+    }
+
+    /// One vector per input from one per row: an input spanning several rows (its chunks)
+    /// gets their mean, L2-normalised again when the pipeline's output is normalised.
+    fn combine(&self, vectors: Vec<Vec<f32>>, spans: &[usize]) -> Vec<Vec<f32>> {
+        if spans.iter().all(|&n| n == 1) {
+            return vectors;
+        }
+        let unit = self.normalize && (self.dimensions.is_none() || self.normalize_after_truncation);
+        let mut rows = vectors.into_iter();
+        spans
+            .iter()
+            .map(|&n| {
+                let mut parts = rows.by_ref().take(n);
+                let mut mean = parts.next().unwrap_or_default();
+                for v in parts {
+                    mean.iter_mut().zip(&v).for_each(|(m, x)| *m += x);
+                }
+                mean.iter_mut().for_each(|m| *m /= n as f32);
+                if unit {
+                    let norm = mean.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
+                    mean.iter_mut().for_each(|m| *m /= norm);
+                }
+                mean
+            })
+            .collect()
     }
 
     /// One padded batch of encoded inputs through backbone, pooling, heads, normalize.
@@ -402,6 +537,7 @@ impl Pipeline {
         if encoded.is_empty() {
             return Ok(Vec::new());
         }
+        self.stats.forward_passes.fetch_add(1, Relaxed);
         let rows: Vec<(&[u32], Option<&[u32]>, usize)> =
             encoded.iter().map(|(ids, skip)| (ids.as_slice(), None, *skip)).collect();
         let run = || -> candle_core::Result<Vec<Vec<f32>>> {
@@ -469,12 +605,27 @@ impl Pipeline {
         if pair.is_some() && self.tokenizer.get_post_processor().map_or(0, |p| p.added_tokens(true)) == 0 {
             return Err(Error::NoPairTemplate);
         }
+        let (enc, cut) = self.encode_pair(&self.tokenizer, text, pair)?;
+        if cut {
+            if self.long_input == LongInput::Error {
+                return Err(Error::InputTooLong {
+                    tokens: self.encode_pair(&self.untruncated, text, pair)?.0.len(),
+                    max_length: self.info.max_length,
+                });
+            }
+            self.stats.truncated.fetch_add(1, Relaxed);
+        }
+        Ok((enc.get_ids().to_vec(), enc.get_type_ids().to_vec()))
+    }
+
+    fn encode_pair(&self, tokenizer: &Tokenizer, text: &str, pair: Option<&str>) -> Result<(tokenizers::Encoding, bool)> {
         let enc = match pair {
-            None => self.tokenizer.encode_fast(text, true),
-            Some(p) => self.tokenizer.encode_fast((text, p), true),
+            None => tokenizer.encode_fast(text, true),
+            Some(p) => tokenizer.encode_fast((text, p), true),
         }
         .map_err(|e| Error::Tokenize(e.to_string()))?;
-        Ok((enc.get_ids().to_vec(), enc.get_type_ids().to_vec()))
+        let cut = !enc.get_overflowing().is_empty();
+        Ok((enc, cut))
     }
 
     /// The pair argument of `classify(model, input, pair)`: transformers'
@@ -501,10 +652,14 @@ impl Pipeline {
     ) -> Result<Vec<Vec<f32>>> {
         let classifier = self.classifier()?;
         let encoded = inputs.iter().map(|(t, p)| self.tokenize_pair(t, *p)).collect::<Result<Vec<_>>>()?;
+        self.stats.calls.fetch_add(1, Relaxed);
+        self.stats.inputs.fetch_add(inputs.len() as u64, Relaxed);
+        self.stats.tokens.fetch_add(encoded.iter().map(|(ids, _)| ids.len() as u64).sum(), Relaxed);
         let lengths: Vec<usize> = encoded.iter().map(|(ids, _)| ids.len()).collect();
         let mut out: Vec<Vec<f32>> = vec![Vec::new(); encoded.len()];
         for batch in length_batches(&lengths, max_batch_tokens) {
             before_batch()?;
+            self.stats.forward_passes.fetch_add(1, Relaxed);
             let rows: Vec<(&[u32], Option<&[u32]>, usize)> =
                 batch.iter().map(|&i| (encoded[i].0.as_slice(), Some(encoded[i].1.as_slice()), 0)).collect();
             let run = || -> candle_core::Result<Vec<Vec<f32>>> {
@@ -585,16 +740,17 @@ fn known_prompts(prompts: &BTreeMap<String, String>) -> String {
 
 /// Tokens of `text` as sentence-transformers 6 tokenizes an input: as it is (no strip),
 /// lowercased when sentence_bert_config.json says `do_lower_case`.
-fn encode(tokenizer: &Tokenizer, lowercase: bool, text: &str) -> Result<Vec<u32>> {
+/// Also whether the tokenizer cut the input at its max length.
+fn encode(tokenizer: &Tokenizer, lowercase: bool, text: &str) -> Result<(Vec<u32>, bool)> {
     let text = if lowercase { text.to_lowercase() } else { text.to_string() };
     let enc = tokenizer.encode_fast(text, true).map_err(|e| Error::Tokenize(e.to_string()))?;
-    Ok(enc.get_ids().to_vec())
+    Ok((enc.get_ids().to_vec(), !enc.get_overflowing().is_empty()))
 }
 
 /// sentence-transformers' prompt length: the tokens of the prompt alone, special tokens
 /// included, less a trailing special token (the [SEP] / </s> that the text follows).
 fn prompt_length(tokenizer: &Tokenizer, lowercase: bool, prompt: &str) -> Result<usize> {
-    let ids = encode(tokenizer, lowercase, prompt)?;
+    let (ids, _) = encode(tokenizer, lowercase, prompt)?;
     let specials = tokenizer.get_added_tokens_decoder();
     let trailing_special = ids.last().is_some_and(|id| specials.get(id).is_some_and(|t| t.special));
     Ok(ids.len() - usize::from(trailing_special))

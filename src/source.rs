@@ -16,12 +16,6 @@ pub fn resolve(model_dir: &str, source: &str) -> Result<PathBuf> {
     if source.trim().is_empty() {
         return Err(Error::InvalidSource { source_name: source.into(), reason: "it is empty".into() });
     }
-    if source.starts_with("hf:") {
-        return Err(Error::UnsupportedSource {
-            source_name: source.into(),
-            reason: "Hugging Face hub sources (hf:) are not supported yet; use a directory inside pg_embed.model_dir".into(),
-        });
-    }
     let root = Path::new(model_dir)
         .canonicalize()
         .map_err(|e| Error::ModelDirInvalid { model_dir: model_dir.into(), message: e.to_string() })?;
@@ -149,7 +143,6 @@ mod tests {
         assert!(matches!(file(".").unwrap_err(), Error::InvalidOptions(_)));
         assert!(matches!(resolve(dir, "file.txt").unwrap_err(), Error::InvalidSource { .. }));
         assert!(matches!(resolve(dir, " ").unwrap_err(), Error::InvalidSource { .. }));
-        assert!(matches!(resolve(dir, "hf:org/x").unwrap_err(), Error::UnsupportedSource { .. }));
         assert!(matches!(resolve("", "m1").unwrap_err(), Error::ModelDirNotSet));
         assert!(matches!(
             resolve(base.join("absent").to_str().unwrap(), "m1").unwrap_err(),

@@ -14,6 +14,7 @@ fn sqlerrcode(state: SqlState) -> PgSqlErrorCode {
     use PgSqlErrorCode::*;
     match state {
         SqlState::InvalidParameterValue => ERRCODE_INVALID_PARAMETER_VALUE,
+        SqlState::StringDataRightTruncation => ERRCODE_STRING_DATA_RIGHT_TRUNCATION,
         SqlState::UndefinedObject => ERRCODE_UNDEFINED_OBJECT,
         SqlState::InsufficientPrivilege => ERRCODE_INSUFFICIENT_PRIVILEGE,
         SqlState::ObjectNotInPrerequisiteState => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
@@ -188,11 +189,11 @@ fn rerank(
 mod embed {
     use super::*;
     use crate::catalog;
+    use crate::hub::Pin;
     use crate::options::Options;
 
-    fn require_superuser(action: &'static str) -> Result<()> {
-        // SAFETY: superuser() only reads the current user's role flags.
-        if unsafe { pg_sys::superuser() } {
+    fn require_admin(action: &'static str) -> Result<()> {
+        if catalog::is_admin() {
             Ok(())
         } else {
             Err(Error::PermissionDenied { action })
@@ -207,12 +208,16 @@ mod embed {
         Ok(name)
     }
 
-    fn describe(name: &str, source: &str, revision: i64, pipeline: &Pipeline) -> JsonB {
+    fn describe(name: &str, source: &str, revision: i64, pin: Option<&Pin>, pipeline: &Pipeline) -> JsonB {
         let mut info = serde_json::to_value(pipeline.info()).unwrap_or_default();
         if let Some(obj) = info.as_object_mut() {
             obj.insert("name".into(), name.into());
             obj.insert("source".into(), source.into());
             obj.insert("revision".into(), revision.into());
+            if let Some(pin) = pin {
+                obj.insert("resolved_revision".into(), pin.commit.clone().into());
+                obj.insert("file_sha256".into(), serde_json::json!(pin.files));
+            }
         }
         JsonB(info)
     }
@@ -225,21 +230,24 @@ mod embed {
         source: Option<&str>,
         options: default!(Option<JsonB>, "'{}'"),
     ) -> JsonB {
-        require_superuser("register models").or_raise();
+        require_admin("register models").or_raise();
         let name = valid_name(name).or_raise();
         let source = required(source, "source").or_raise();
         let options_json = options.map(|o| o.0).ok_or(Error::NullArgument { what: "options" }).or_raise();
         let parsed = Options::from_json(&options_json).or_raise();
-        let pipeline = cache::load(source, &parsed).or_raise();
-        let revision = catalog::upsert(name, source, &options_json, pipeline.info()).or_raise();
-        let pipeline = cache::insert(name, revision, pipeline);
-        describe(name, source, revision, &pipeline)
+        let fresh = cache::load(source, &parsed, None).or_raise();
+        let pin = fresh.pin.clone();
+        let user = catalog::current_user().or_raise();
+        let revision =
+            catalog::upsert(name, source, &options_json, fresh.pipeline.info(), pin.as_ref(), &user).or_raise();
+        let pipeline = cache::insert(name, revision, fresh);
+        describe(name, source, revision, pin.as_ref(), &pipeline)
     }
 
     /// Removes a registration. Rows embedded with it keep their vectors.
     #[pg_extern(volatile, parallel_unsafe)]
     fn drop_model(name: Option<&str>) {
-        require_superuser("drop models").or_raise();
+        require_admin("drop models").or_raise();
         let name = required(name, "model name").or_raise();
         if !catalog::delete(name).or_raise() {
             raise(Error::ModelNotRegistered(name.into()));
@@ -252,6 +260,126 @@ mod embed {
     #[pg_extern(volatile, strict, parallel_restricted)]
     fn model_info(name: &str) -> JsonB {
         let (pipeline, row) = cache::get(name).or_raise();
-        describe(name, &row.source, row.revision, &pipeline)
+        describe(name, &row.source, row.revision, row.pin.as_ref(), &pipeline)
+    }
+
+    /// The models loaded in this backend's cache, with what they cost and how much they
+    /// were used since they were loaded.
+    #[pg_extern(volatile, parallel_restricted)]
+    fn loaded_models() -> TableIterator<
+        'static,
+        (
+            name!(name, String),
+            name!(task, String),
+            name!(dim, i32),
+            name!(parameters, i64),
+            name!(bytes_resident, i64),
+            name!(load_ms, f64),
+            name!(calls, i64),
+            name!(inputs, i64),
+            name!(tokens, i64),
+            name!(truncated_inputs, i64),
+            name!(chunked_inputs, i64),
+            name!(forward_passes, i64),
+            name!(revision, i64),
+        ),
+    > {
+        let count = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed) as i64;
+        let rows: Vec<_> = cache::loaded()
+            .into_iter()
+            .map(|m| {
+                let (info, stats) = (m.pipeline.info(), m.pipeline.stats());
+                (
+                    m.name,
+                    info.task.to_string(),
+                    info.dim as i32,
+                    info.parameters as i64,
+                    m.bytes_resident as i64,
+                    m.load_ms,
+                    count(&stats.calls),
+                    count(&stats.inputs),
+                    count(&stats.tokens),
+                    count(&stats.truncated),
+                    count(&stats.chunked),
+                    count(&stats.forward_passes),
+                    m.revision,
+                )
+            })
+            .collect();
+        TableIterator::new(rows)
+    }
+
+    /// Drops `name` (all models when NULL) from this backend's cache; returns how many were
+    /// dropped. Other sessions and the registration are not affected; the next call loads
+    /// the model again.
+    #[pg_extern(volatile, parallel_restricted)]
+    fn unload(name: default!(Option<&str>, "NULL")) -> i32 {
+        cache::unload(name) as i32
+    }
+
+    /// Loads the models named in pg_embed.preload into this backend's cache (the login event
+    /// trigger `embed_preload` calls it); returns how many are loaded.
+    #[pg_extern(volatile, parallel_restricted)]
+    fn preload() -> i32 {
+        let names = guc::preload();
+        for name in &names {
+            cache::get(name).or_raise();
+        }
+        names.len() as i32
+    }
+
+    /// `input` split into chunks of at most `max_tokens` tokens of the model's tokenizer
+    /// (special tokens not counted), cut at sentence ends or between words where possible;
+    /// consecutive chunks share about `overlap` tokens. `start_char` and `end_char` are
+    /// 0-based character offsets, end exclusive: `chunk = substr(input, start_char + 1,
+    /// end_char - start_char)`.
+    #[pg_extern(immutable, strict, parallel_safe)]
+    fn chunk(
+        model: &str,
+        input: &str,
+        max_tokens: i32,
+        overlap: default!(i32, 0),
+    ) -> TableIterator<
+        'static,
+        (name!(idx, i32), name!(chunk, String), name!(start_char, i32), name!(end_char, i32)),
+    > {
+        let (pipeline, _) = cache::get(model).or_raise();
+        if overlap < 0 {
+            raise(Error::InvalidArgument { what: "overlap", reason: format!("{overlap} is negative") });
+        }
+        let chunks = pipeline.chunk(input, max_tokens.max(0) as usize, overlap as usize).or_raise();
+        // Starts and ends both increase from chunk to chunk: one pass each.
+        let (mut starts, mut ends) = (CharIndex::new(input), CharIndex::new(input));
+        let rows: Vec<_> = chunks
+            .into_iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let (start, end) = (starts.at(c.bytes.start), ends.at(c.bytes.end));
+                (i as i32 + 1, input[c.bytes].to_string(), start as i32, end as i32)
+            })
+            .collect();
+        TableIterator::new(rows)
+    }
+
+    /// Character offsets of byte offsets (on character boundaries), asked in increasing order.
+    struct CharIndex<'a> {
+        text: &'a str,
+        byte: usize,
+        chars: usize,
+    }
+
+    impl<'a> CharIndex<'a> {
+        fn new(text: &'a str) -> Self {
+            CharIndex { text, byte: 0, chars: 0 }
+        }
+
+        fn at(&mut self, byte: usize) -> usize {
+            if byte < self.byte {
+                (self.byte, self.chars) = (0, 0);
+            }
+            self.chars += self.text[self.byte..byte].chars().count();
+            self.byte = byte;
+            self.chars
+        }
     }
 }

@@ -227,7 +227,7 @@ mod tests {
     }
 
     #[pg_test(
-        error = "invalid options: unknown field `polling`, expected one of `pooling`, `normalize`, `max_length`, `dimensions`, `prompts`, `prompt`, `include_prompt`, `task`, `heads`"
+        error = "invalid options: unknown field `polling`, expected one of `pooling`, `normalize`, `max_length`, `dimensions`, `prompts`, `prompt`, `include_prompt`, `task`, `heads`, `long_input`"
     )]
     fn register_unknown_option() {
         Spi::run("SELECT embed.register_model('x', 'all-MiniLM-L6-v2', '{\"polling\": \"cls\"}')").unwrap();
@@ -479,5 +479,349 @@ mod tests {
     fn classify_on_an_embedding_model() {
         register("minilm");
         Spi::run("SELECT classify('minilm', 'x')").unwrap();
+    }
+
+    // ---- loaded_models, unload, preload -------------------------------------------------
+
+    fn loaded(name: &str, column: &str) -> Option<i64> {
+        Spi::get_one_with_args::<i64>(
+            &format!("SELECT (SELECT {column}::bigint FROM embed.loaded_models() WHERE name = $1)"),
+            &[name.into()],
+        )
+        .unwrap()
+    }
+
+    /// The SQLSTATE and message of the error `query` raises ("" if none), caught in a
+    /// subtransaction so the test goes on.
+    fn sql_error(query: &str) -> String {
+        Spi::run(
+            "CREATE OR REPLACE FUNCTION pg_temp.sql_error(q text) RETURNS text LANGUAGE plpgsql AS $$
+             BEGIN EXECUTE q; RETURN ''; EXCEPTION WHEN OTHERS THEN RETURN SQLSTATE || ': ' || SQLERRM; END $$",
+        )
+        .unwrap();
+        Spi::get_one_with_args::<String>("SELECT pg_temp.sql_error($1)", &[query.into()]).unwrap().unwrap()
+    }
+
+    /// Calls, inputs, tokens and forward passes as the pipeline counts them; unload drops the
+    /// model from this backend's cache only.
+    #[pg_test]
+    fn loaded_models_counts_calls_and_forward_passes() {
+        register("minilm");
+        let before = (loaded("minilm", "calls").unwrap(), loaded("minilm", "forward_passes").unwrap());
+        embed_sql("minilm", "one");
+        Spi::run("SELECT count(*) FROM embed('minilm', ARRAY['a', 'b', NULL, 'c'])").unwrap();
+        assert_eq!(loaded("minilm", "calls").unwrap() - before.0, 2);
+        assert_eq!(loaded("minilm", "forward_passes").unwrap() - before.1, 2, "one pass per call");
+        assert!(loaded("minilm", "tokens").unwrap() >= 3 + 3 * 3);
+        assert!(loaded("minilm", "parameters").unwrap() > 22_000_000);
+        assert!(loaded("minilm", "bytes_resident").unwrap() > 0);
+        let long = "word ".repeat(600);
+        let truncated = loaded("minilm", "truncated_inputs").unwrap();
+        embed_sql("minilm", &long);
+        assert_eq!(loaded("minilm", "truncated_inputs").unwrap() - truncated, 1);
+
+        assert_eq!(Spi::get_one::<i32>("SELECT embed.unload('minilm')").unwrap(), Some(1));
+        assert_eq!(loaded("minilm", "calls"), None, "unloaded");
+        assert_eq!(Spi::get_one::<i32>("SELECT embed.unload('minilm')").unwrap(), Some(0));
+        assert_eq!(embed_sql("minilm", "one").len(), 384, "loaded again on use");
+        assert_eq!(loaded("minilm", "calls"), Some(1), "fresh counters");
+        assert_eq!(Spi::get_one::<i32>("SELECT embed.unload()").unwrap(), Some(1));
+    }
+
+    #[pg_test]
+    fn preload_loads_the_listed_models() {
+        register("pre");
+        Spi::run("SELECT embed.unload()").unwrap();
+        Spi::run("SET LOCAL pg_embed.preload = ' pre , '").unwrap();
+        assert_eq!(Spi::get_one::<i32>("SELECT embed.preload()").unwrap(), Some(1));
+        assert_eq!(loaded("pre", "calls"), Some(0), "loaded, not yet used");
+    }
+
+    #[pg_test(error = "model \"absent\" is not registered")]
+    fn preload_of_an_unregistered_model() {
+        Spi::run("SET LOCAL pg_embed.preload = 'absent'").unwrap();
+        Spi::run("SELECT embed.preload()").unwrap();
+    }
+
+    // ---- long_input and chunk ----------------------------------------------------------------
+
+    #[pg_test(error = "input has 602 tokens, more than the model's max_length of 256")]
+    fn long_input_error_refuses() {
+        Spi::run("SELECT embed.register_model('strict', 'all-MiniLM-L6-v2', '{\"long_input\": \"error\"}')").unwrap();
+        assert_eq!(embed_sql("strict", &"word ".repeat(254)).len(), 384, "254 + 2 tokens fit");
+        embed_sql("strict", &"word ".repeat(600));
+    }
+
+    /// mean_of_chunks: the mean of the chunks' embeddings (each as embed() gives it for the
+    /// chunk's text), normalised again; inputs that fit are embedded as they are.
+    #[pg_test]
+    fn long_input_mean_of_chunks() {
+        Spi::run("SELECT embed.register_model('chunky', 'all-MiniLM-L6-v2', '{\"long_input\": \"mean_of_chunks\"}')")
+            .unwrap();
+        register("minilm");
+        let text = (0..120).map(|i| format!("Sentence number {i} talks about databases.")).collect::<Vec<_>>().join(" ");
+        let chunks: Vec<String> = Spi::connect(|c| {
+            c.select("SELECT chunk FROM embed.chunk('minilm', $1, 254) ORDER BY idx", None, &[text.as_str().into()])
+                .unwrap()
+                .map(|r| r.get::<String>(1).unwrap().unwrap())
+                .collect()
+        });
+        assert!(chunks.len() > 2, "{} chunks", chunks.len());
+        let mut mean = vec![0f32; 384];
+        for c in &chunks {
+            for (m, x) in mean.iter_mut().zip(embed_sql("minilm", c)) {
+                *m += x / chunks.len() as f32;
+            }
+        }
+        let norm = mean.iter().map(|x| x * x).sum::<f32>().sqrt();
+        let got = embed_sql("chunky", &text);
+        let d = got.iter().zip(&mean).map(|(a, b)| (a - b / norm).abs()).fold(0f32, f32::max);
+        assert!(d < 1e-5, "max difference {d}");
+        assert_eq!(embed_sql("chunky", "short text"), embed_sql("minilm", "short text"));
+        assert_eq!(loaded("chunky", "chunked_inputs"), Some(1));
+        assert_eq!(loaded("chunky", "truncated_inputs"), Some(0));
+    }
+
+    /// Chunks against the tokenizer: each has at most max_tokens tokens, is the substring
+    /// its character offsets name, chunks cover the text in order, and overlaps repeat text.
+    #[pg_test]
+    fn chunk_boundaries_and_overlap() {
+        register("minilm");
+        // The model's own tokenizer, without the fixed padding and truncation its file carries.
+        let mut tokenizer = tokenizers::Tokenizer::from_file(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/models/all-MiniLM-L6-v2/tokenizer.json"
+        ))
+        .unwrap();
+        tokenizer.with_padding(None);
+        tokenizer.with_truncation(None).unwrap();
+        // Tokens shared by consecutive chunks (the text between the next start and this end).
+        fn overlap_tokens(rows: &[(i32, String, i32, i32)], tokenizer: &tokenizers::Tokenizer) -> usize {
+            rows.windows(2)
+                .map(|p| {
+                    let shared: String = p[0].1.chars().skip((p[1].2 - p[0].2).max(0) as usize).collect();
+                    if p[1].2 >= p[0].3 { 0 } else { tokenizer.encode(shared.as_str(), false).unwrap().get_ids().len() }
+                })
+                .sum()
+        }
+        let text = "PostgreSQL stores rows in pages. Each page holds many tuples! Vacuum reclaims \
+                    dead tuples; indexes speed up lookups. Ünïcödé text, emoji 🎉 and 東京 work too.";
+        for (max_tokens, overlap) in [(8, 0), (8, 3), (5, 2), (40, 0)] {
+            let rows: Vec<(i32, String, i32, i32)> = Spi::connect(|c| {
+                c.select(
+                    "SELECT idx, chunk, start_char, end_char, substr($1, start_char + 1, end_char - start_char) = chunk
+                       FROM embed.chunk('minilm', $1, $2, $3) ORDER BY idx",
+                    None,
+                    &[text.into(), max_tokens.into(), overlap.into()],
+                )
+                .unwrap()
+                .map(|r| {
+                    assert_eq!(r.get::<bool>(5).unwrap(), Some(true), "offsets name the chunk");
+                    (r.get(1).unwrap().unwrap(), r.get(2).unwrap().unwrap(), r.get(3).unwrap().unwrap(), r.get(4).unwrap().unwrap())
+                })
+                .collect()
+            });
+            assert!(!rows.is_empty());
+            assert_eq!(rows[0].2, 0, "starts at the text's start");
+            assert_eq!(rows.last().unwrap().3 as usize, text.chars().count(), "ends at the text's end");
+            let mut covered = 0;
+            for (i, (idx, chunk, start, end)) in rows.iter().enumerate() {
+                assert_eq!(*idx as usize, i + 1);
+                assert!(start < end, "{chunk:?}");
+                let tokens = tokenizer.encode(chunk.as_str(), false).unwrap().get_ids().len();
+                assert!(tokens <= max_tokens as usize, "{chunk:?}: {tokens} tokens > {max_tokens}");
+                covered += tokens;
+            }
+            let total = tokenizer.encode(text, false).unwrap().get_ids().len();
+            assert_eq!(covered - overlap_tokens(&rows, &tokenizer), total, "max {max_tokens}, overlap {overlap}");
+            for pair in rows.windows(2) {
+                let (prev_end, next_start) = (pair[0].3, pair[1].2);
+                if overlap == 0 {
+                    assert!(next_start >= prev_end, "no overlap: {pair:?}");
+                } else {
+                    assert!(next_start < prev_end, "overlap {overlap}: {pair:?}");
+                }
+            }
+        }
+    }
+
+    #[pg_test(error = "invalid overlap: 4 must be less than max_tokens 4")]
+    fn chunk_overlap_must_be_less_than_max_tokens() {
+        register("minilm");
+        Spi::run("SELECT * FROM embed.chunk('minilm', 'some text', 4, 4)").unwrap();
+    }
+
+    #[pg_test(error = "invalid max_tokens: it must be at least 1")]
+    fn chunk_needs_a_positive_max_tokens() {
+        register("minilm");
+        Spi::run("SELECT * FROM embed.chunk('minilm', 'some text', 0)").unwrap();
+    }
+
+    // ---- privileges -------------------------------------------------------------------------
+
+    /// Members of embed_admin register and drop; a plain role may not, but may embed.
+    #[pg_test]
+    fn embed_admin_members_register_and_drop() {
+        Spi::run("CREATE ROLE embed_test_admin IN ROLE embed_admin").unwrap();
+        Spi::run("SET ROLE embed_test_admin").unwrap();
+        register("by_admin");
+        assert_eq!(
+            Spi::get_one::<String>("SELECT registered_by::text FROM embed.models WHERE name = 'by_admin'").unwrap(),
+            Some("embed_test_admin".into())
+        );
+        assert_eq!(embed_sql("by_admin", "hi").len(), 384);
+        Spi::run("SELECT embed.drop_model('by_admin')").unwrap();
+    }
+
+    #[pg_test(error = "permission denied to set parameter \"pg_embed.allow_download\"")]
+    fn allow_download_is_superuser_only() {
+        Spi::run("CREATE ROLE embed_test_dl").unwrap();
+        Spi::run("SET ROLE embed_test_dl").unwrap();
+        Spi::run("SET pg_embed.allow_download = on").unwrap();
+    }
+
+    #[pg_test(error = "permission denied to set parameter \"pg_embed.auto_register\"")]
+    fn auto_register_is_superuser_only() {
+        Spi::run("CREATE ROLE embed_test_ar").unwrap();
+        Spi::run("SET ROLE embed_test_ar").unwrap();
+        Spi::run("SET pg_embed.auto_register = on").unwrap();
+    }
+
+    // ---- hub cache ----------------------------------------------------------------------------
+
+    const COMMIT_A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    const COMMIT_B: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+
+    /// A hub cache as huggingface_hub lays it out, in a fresh temporary directory, holding
+    /// `org/tiny` at two commits: A (tag v1) is the pool_mean fixture, B (main) is pool_cls.
+    /// Blobs are named by content hash, snapshots link into them. Set as pg_embed.hf_cache.
+    fn fake_hub(name: &str) -> std::path::PathBuf {
+        use std::fs;
+        let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+        let cache = std::env::temp_dir().join(format!("pg_embed_hub_sql_{}_{name}", std::process::id()));
+        let _ = fs::remove_dir_all(&cache);
+        let repo = cache.join("models--org--tiny");
+        for (commit, fixture) in [(COMMIT_A, "pool_mean"), (COMMIT_B, "pool_cls")] {
+            let src = fixtures.join(fixture);
+            let mut pending = vec![std::path::PathBuf::new()];
+            while let Some(rel) = pending.pop() {
+                for entry in fs::read_dir(src.join(&rel)).unwrap() {
+                    let entry = entry.unwrap();
+                    let rel_file = rel.join(entry.file_name());
+                    if entry.file_type().unwrap().is_dir() {
+                        pending.push(rel_file);
+                        continue;
+                    }
+                    let bytes = fs::read(entry.path()).unwrap();
+                    let blob = format!("{:x}", sha2::Sha256::digest(&bytes));
+                    fs::create_dir_all(repo.join("blobs")).unwrap();
+                    fs::write(repo.join("blobs").join(&blob), &bytes).unwrap();
+                    let link = repo.join("snapshots").join(commit).join(&rel_file);
+                    fs::create_dir_all(link.parent().unwrap()).unwrap();
+                    let up = "../".repeat(rel_file.components().count() + 1);
+                    std::os::unix::fs::symlink(format!("{up}blobs/{blob}"), &link).unwrap();
+                }
+            }
+        }
+        fs::create_dir_all(repo.join("refs")).unwrap();
+        fs::write(repo.join("refs/main"), COMMIT_B).unwrap();
+        fs::write(repo.join("refs/v1"), COMMIT_A).unwrap();
+        Spi::run(&format!("SET LOCAL pg_embed.hf_cache = '{}'", cache.display())).unwrap();
+        cache
+    }
+
+    use sha2::Digest;
+
+    /// hf: sources resolve through the cache, pin the commit and the files' sha256, and
+    /// give the same vectors as the same files registered from a directory.
+    #[pg_test]
+    fn hub_sources_resolve_and_pin() {
+        let cache = fake_hub("pin");
+        let info = register_with("hub_main", "hf:org/tiny", "{}");
+        assert_eq!(info["resolved_revision"], COMMIT_B);
+        assert_eq!(info["pooling"], serde_json::json!(["cls"]));
+        let files = info["file_sha256"].as_object().unwrap();
+        assert!(files.contains_key("model.safetensors") && files.contains_key("1_Pooling/config.json"), "{files:?}");
+        let tagged = register_with("hub_v1", "hf:org/tiny@v1", "{}");
+        assert_eq!(tagged["resolved_revision"], COMMIT_A);
+        let by_commit = register_with("hub_a", &format!("hf:org/tiny@{COMMIT_A}"), "{}");
+        assert_eq!(by_commit["resolved_revision"], COMMIT_A);
+
+        use_fixtures();
+        register_with("dir_mean", "pool_mean", "{}");
+        register_with("dir_cls", "pool_cls", "{}");
+        let text = "hello hub cache";
+        assert_eq!(embed_sql("hub_v1", text), embed_sql("dir_mean", text));
+        assert_eq!(embed_sql("hub_main", text), embed_sql("dir_cls", text));
+
+        // Moving refs/main does not move a registration: it stays pinned to its commit.
+        std::fs::write(cache.join("models--org--tiny/refs/main"), COMMIT_A).unwrap();
+        Spi::run("SELECT embed.unload()").unwrap();
+        assert_eq!(embed_sql("hub_main", text), embed_sql("dir_cls", text));
+        let _ = std::fs::remove_dir_all(&cache);
+    }
+
+    /// A weight file changed after registration is refused at load; a missing repository,
+    /// and repository ids with path characters, are clear errors.
+    #[pg_test]
+    fn hub_tampered_missing_and_malformed_sources() {
+        let cache = fake_hub("tamper");
+        register_with("hub_t", "hf:org/tiny", "{}");
+        let weights = cache.join(format!("models--org--tiny/snapshots/{COMMIT_B}/model.safetensors"));
+        let real = std::fs::canonicalize(&weights).unwrap();
+        let mut bytes = std::fs::read(&real).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 1;
+        std::fs::write(&real, bytes).unwrap();
+        Spi::run("SELECT embed.unload()").unwrap();
+        let err = sql_error("SELECT embed('hub_t', 'x')");
+        let file = weights.display();
+        assert!(
+            err.starts_with(&format!("XX001: model file \"{file}\" does not match its registration: sha256 ")),
+            "{err}"
+        );
+        assert_eq!(
+            sql_error("SELECT embed.register_model('x', 'hf:org/absent')"),
+            format!("58P01: \"org/absent\" at revision \"main\" is not in the Hugging Face cache \"{}\"", cache.display())
+        );
+        for bad in ["hf:../etc", "hf:org/../../x", "hf:/etc/passwd", "hf:org/x@../../refs", "hf:org/x/y"] {
+            let err = sql_error(&format!("SELECT embed.register_model('x', '{bad}')"));
+            assert!(err.starts_with(&format!("22023: invalid model source \"{bad}\": ")), "{err}");
+        }
+        let _ = std::fs::remove_dir_all(&cache);
+    }
+
+    /// With pg_embed.auto_register, embed('org/name', ...) registers a cached model, even for
+    /// a role that may not register models; without it, the name is not registered.
+    #[pg_test]
+    fn auto_register_from_the_cache() {
+        fake_hub("auto");
+        Spi::run("CREATE ROLE embed_test_auto").unwrap();
+        Spi::run("SET ROLE embed_test_auto").unwrap();
+        let missing = Spi::get_one::<bool>(
+            "SELECT NOT EXISTS (SELECT FROM embed.models WHERE name = 'org/tiny')",
+        );
+        assert_eq!(missing.unwrap(), Some(true));
+        Spi::run("RESET ROLE").unwrap();
+        Spi::run("SET LOCAL pg_embed.auto_register = on").unwrap();
+        Spi::run("SET ROLE embed_test_auto").unwrap();
+        assert_eq!(embed_sql("org/tiny", "auto").len(), 32);
+        let row = Spi::get_two::<String, String>(
+            "SELECT source, registered_by::text FROM embed.models WHERE name = 'org/tiny'",
+        )
+        .unwrap();
+        assert_eq!(row, (Some("hf:org/tiny".into()), Some("embed_test_auto".into())));
+        assert_eq!(
+            Spi::get_one::<String>("SELECT current_user::text").unwrap(),
+            Some("embed_test_auto".into()),
+            "the role is restored after the catalog write"
+        );
+    }
+
+    #[pg_test(error = "model \"org/nothere\" is not registered")]
+    fn auto_register_of_a_model_not_in_the_cache() {
+        fake_hub("auto_absent");
+        Spi::run("SET LOCAL pg_embed.auto_register = on").unwrap();
+        embed_sql("org/nothere", "x");
     }
 }
