@@ -197,7 +197,7 @@ $$;
 -- Progress of backfills, here and in other sessions: state is running, done, or
 -- interrupted (its session ended, or its CALL was cancelled or failed, without finishing).
 CREATE VIEW embed.backfill_progress AS
-SELECT r.id, r.relation, r.source_column, r.target_column, r.model, r.batch_size, r.pid, r.started_by,
+SELECT r.id, r.relid::regclass AS relation, r.source_column, r.target_column, r.model, r.batch_size, r.pid, r.started_by,
        r.started_at, r.updated_at, r.finished_at, r.rows_total, r.rows_done, r.batches,
        CASE
            WHEN r.finished_at IS NOT NULL THEN 'done'

@@ -177,9 +177,9 @@ SELECT embed.drop_model('strict');
 \i tests/regress/include/workflow.sql
 -- (How far the first got depends on the machine's speed; together they did every row.)
 SELECT state, rows_done = rows_total AS complete, state <> 'done' OR rows_per_second > 0 AS rate_if_done
-  FROM embed.backfill_progress WHERE relation = 'public.library' ORDER BY id;
+  FROM embed.backfill_progress WHERE relation = 'library'::regclass ORDER BY id;
 SELECT sum(rows_done) AS rows_done_by_both_runs, max(rows_total) AS rows_to_do_at_first
-  FROM embed.backfill_progress WHERE relation = 'public.library';
+  FROM embed.backfill_progress WHERE relation = 'library'::regclass;
 -- Nothing left to do: a third run does nothing.
 CALL embed.backfill('library', 'body', 'emb', 'minilm');
-SELECT rows_total, rows_done, state FROM embed.backfill_progress WHERE relation = 'public.library' ORDER BY id DESC LIMIT 1;
+SELECT rows_total, rows_done, state FROM embed.backfill_progress WHERE relation = 'library'::regclass ORDER BY id DESC LIMIT 1;
