@@ -172,6 +172,16 @@ REVOKE ALL ON notes FROM embed_regress_user;
 DROP ROLE embed_regress_user;
 SELECT embed.drop_model('strict');
 
+-- pg_embed.preload: a new session loads the listed models at login (the login event
+-- trigger embed_preload); a model that cannot be loaded is a WARNING, not a refused login.
+SELECT format('ALTER DATABASE %I SET pg_embed.preload = %L', current_database(), 'minilm') \gexec
+\c -
+SELECT name, calls FROM embed.loaded_models();
+SELECT format('ALTER DATABASE %I SET pg_embed.preload = %L', current_database(), 'nope') \gexec
+\c -
+SELECT count(*) AS loaded FROM embed.loaded_models();
+SELECT format('ALTER DATABASE %I RESET pg_embed.preload', current_database()) \gexec
+
 -- Progress, as another session sees it: the interrupted run, then the finished one.
 \c -
 \i tests/regress/include/workflow.sql
