@@ -98,6 +98,7 @@ pub fn load(source_name: &str, options: &Options, pin: Option<&Pin>) -> Result<F
         None => {
             let model_dir = guc::model_dir();
             let dir = source::resolve(&model_dir, source_name)?;
+            check_size(source_name, &dir)?;
             (Pipeline::load_within(std::path::Path::new(&model_dir), &dir, options)?, None)
         }
         Some(parsed) => {
@@ -117,6 +118,7 @@ pub fn load(source_name: &str, options: &Options, pin: Option<&Pin>) -> Result<F
                 }
                 None => hub::digests(&snapshot.repo_dir, &snapshot.dir)?,
             };
+            check_size(source_name, &snapshot.dir)?;
             let pipeline = Pipeline::load_within(&snapshot.repo_dir, &snapshot.dir, options)?;
             (pipeline, Some(Pin { commit: snapshot.commit, files }))
         }
@@ -168,6 +170,18 @@ pub fn unload(name: Option<&str>) -> usize {
         Some(name) => usize::from(c.remove(name).is_some()),
         None => c.drain().count(),
     })
+}
+
+/// Refuses a model whose weights exceed pg_embed.max_model_size, before reading them.
+fn check_size(source_name: &str, dir: &std::path::Path) -> Result<()> {
+    let Some(limit_mb) = guc::max_model_size_mb() else {
+        return Ok(());
+    };
+    let mb = crate::pipeline::weight_bytes(dir)?.div_ceil(1 << 20);
+    if mb > limit_mb {
+        return Err(Error::ModelTooLarge { source_name: source_name.into(), mb, limit_mb });
+    }
+    Ok(())
 }
 
 /// The process's resident set size (0 where /proc is not available).

@@ -12,6 +12,8 @@ pub enum SqlState {
     InvalidParameterValue,
     /// 22001 string_data_right_truncation
     StringDataRightTruncation,
+    /// 54000 program_limit_exceeded
+    ProgramLimitExceeded,
     /// 42704 undefined_object
     UndefinedObject,
     /// 42501 insufficient_privilege
@@ -107,6 +109,9 @@ pub enum Error {
     #[error("input has {tokens} tokens, more than the model's max_length of {max_length}")]
     InputTooLong { tokens: usize, max_length: usize },
 
+    #[error("model \"{source_name}\" needs {mb} MB for its weights, more than pg_embed.max_model_size ({limit_mb} MB)")]
+    ModelTooLarge { source_name: String, mb: u64, limit_mb: u64 },
+
     #[error("invalid {what}: {reason}")]
     InvalidArgument { what: &'static str, reason: String },
 
@@ -126,6 +131,7 @@ impl Error {
         match self {
             ModelNotRegistered(_) => SqlState::UndefinedObject,
             InputTooLong { .. } => SqlState::StringDataRightTruncation,
+            ModelTooLarge { .. } => SqlState::ProgramLimitExceeded,
             NotInHubCache { .. } => SqlState::UndefinedFile,
             HubDownload { .. } => SqlState::IoError,
             ChecksumMismatch { .. } => SqlState::DataCorrupted,
@@ -171,6 +177,10 @@ impl Error {
             )),
             PermissionDenied { .. } => Some(
                 "Superusers and members of the role embed_admin may register, drop and auto-register models; everyone may run inference on registered models."
+                    .into(),
+            ),
+            ModelTooLarge { .. } => Some(
+                "Every backend that uses a model holds its own copy. A superuser may raise pg_embed.max_model_size (0: no limit)."
                     .into(),
             ),
             InputTooLong { .. } => Some(

@@ -11,6 +11,7 @@ static HF_CACHE: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::ne
 static ALLOW_DOWNLOAD: GucSetting<bool> = GucSetting::<bool>::new(false);
 static AUTO_REGISTER: GucSetting<bool> = GucSetting::<bool>::new(false);
 static PRELOAD: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+static MAX_MODEL_SIZE: GucSetting<i32> = GucSetting::<i32>::new(4096);
 
 /// Padded tokens per forward pass of the array and rerank forms: bounds activation memory
 /// (for a 12-layer, 384-wide model about 10 MB of activations per 1,000 tokens at short
@@ -70,6 +71,16 @@ pub fn register() {
         GucContext::Suset,
         GucFlags::default(),
     );
+    GucRegistry::define_int_guc(
+        c"pg_embed.max_model_size",
+        c"Largest model a backend loads: its weights as f32, in MB (0: no limit).",
+        c"Checked from the safetensors headers before any weight is read, so a model over the limit is an ERROR, not an out-of-memory backend. Superuser only.",
+        &MAX_MODEL_SIZE,
+        0,
+        i32::MAX,
+        GucContext::Suset,
+        GucFlags::UNIT_MB,
+    );
     GucRegistry::define_string_guc(
         c"pg_embed.preload",
         c"Registered models (comma-separated) that a session loads when it starts.",
@@ -78,6 +89,11 @@ pub fn register() {
         GucContext::Suset,
         GucFlags::default(),
     );
+}
+
+/// `pg_embed.max_model_size` in MB; `None` when 0 (no limit).
+pub fn max_model_size_mb() -> Option<u64> {
+    u64::try_from(MAX_MODEL_SIZE.get()).ok().filter(|&mb| mb > 0)
 }
 
 /// `pg_embed.hf_cache`, or "" when unset.

@@ -793,6 +793,59 @@ fn load_tokenizer(path: &Path) -> Result<Tokenizer> {
     Tokenizer::from_bytes(&bytes).map_err(|e| Error::invalid_file(path, e))
 }
 
+/// Bytes the weights of the model directory `dir` take once loaded (every tensor of its
+/// safetensors files, sub-folders included, as f32), read from the files' headers only:
+/// nothing is allocated for the tensors.
+pub fn weight_bytes(dir: &Path) -> Result<u64> {
+    let mut total = 0u64;
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(d) = pending.pop() {
+        for entry in std::fs::read_dir(&d).map_err(|e| Error::io(&d, e))? {
+            let path = entry.map_err(|e| Error::io(&d, e))?.path();
+            if path.is_dir() {
+                pending.push(path);
+            } else if path.extension().is_some_and(|e| e == "safetensors") {
+                total = total.saturating_add(safetensors_f32_bytes(&path)?);
+            }
+        }
+    }
+    Ok(total)
+}
+
+/// Bytes of all tensors of a safetensors file as f32, from its header: an 8-byte
+/// little-endian length, then that many bytes of JSON naming each tensor's shape.
+fn safetensors_f32_bytes(path: &Path) -> Result<u64> {
+    use std::io::Read;
+    /// Headers are kilobytes; a larger length is a corrupt file, not a reason to allocate.
+    const MAX_HEADER: u64 = 100 << 20;
+    #[derive(serde::Deserialize)]
+    struct Entry {
+        shape: Vec<u64>,
+    }
+    let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let mut len = [0u8; 8];
+    file.read_exact(&mut len).map_err(|e| Error::invalid_file(path, format!("no safetensors header: {e}")))?;
+    let len = u64::from_le_bytes(len);
+    if len > MAX_HEADER {
+        return Err(Error::invalid_file(path, format!("safetensors header length {len} is not plausible")));
+    }
+    let mut header = vec![0u8; len as usize];
+    file.read_exact(&mut header).map_err(|e| Error::invalid_file(path, format!("truncated safetensors header: {e}")))?;
+    let mut tensors: HashMap<String, serde_json::Value> =
+        serde_json::from_slice(&header).map_err(|e| Error::invalid_file(path, e))?;
+    tensors.remove("__metadata__");
+    let mut total = 0u64;
+    for (name, value) in tensors {
+        let entry: Entry =
+            serde_json::from_value(value).map_err(|e| Error::invalid_file(path, format!("{name}: {e}")))?;
+        let elements = entry.shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d));
+        total = elements.and_then(|n| n.checked_mul(4)).and_then(|b| total.checked_add(b)).ok_or_else(|| {
+            Error::invalid_file(path, format!("{name}: shape {:?} overflows", entry.shape))
+        })?;
+    }
+    Ok(total)
+}
+
 /// Reads a safetensors file into memory as f32 tensors (no mmap: a file changed under a
 /// mapping would crash the backend).
 pub(crate) fn read_safetensors(path: &Path) -> Result<HashMap<String, Tensor>> {
@@ -820,6 +873,26 @@ mod tests {
     use super::length_batches;
 
     #[test]
+    fn weight_bytes_read_from_headers() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models/all-MiniLM-L6-v2");
+        let bytes = super::weight_bytes(&dir).unwrap();
+        // 22,713,216 parameters of the backbone (as transformers counts them) plus the
+        // position ids buffer stored in this checkpoint, 4 bytes each.
+        assert!((90_000_000..92_000_000).contains(&bytes), "{bytes}");
+        let tmp = std::env::temp_dir().join(format!("pg_embed_wb_{}", std::process::id()));
+        std::fs::create_dir_all(&tmp).unwrap();
+        std::fs::write(tmp.join("model.safetensors"), u64::MAX.to_le_bytes()).unwrap();
+        assert!(matches!(super::weight_bytes(&tmp), Err(crate::error::Error::InvalidFile { .. })));
+        let header = br#"{"w":{"dtype":"F16","shape":[4294967296,4294967296,16],"data_offsets":[0,2]}}"#;
+        let mut lying = (header.len() as u64).to_le_bytes().to_vec();
+        lying.extend_from_slice(header);
+        std::fs::write(tmp.join("model.safetensors"), lying).unwrap();
+        let err = super::weight_bytes(&tmp).unwrap_err().to_string();
+        assert!(err.contains("overflows"), "{err}");
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+
+    #[test]
     fn batches_group_by_length_under_the_budget() {
         let lengths = [5, 2, 9, 2, 3, 12];
         // Sorted: 2 (1), 2 (3), 3 (4), 5 (0), 9 (2), 12 (5); count x longest <= 12.
@@ -828,6 +901,87 @@ mod tests {
         assert_eq!(length_batches(&lengths, 1).len(), 6);
         assert_eq!(length_batches(&lengths, 1000), vec![vec![1, 3, 4, 0, 2, 5]]);
         assert!(length_batches(&[], 10).is_empty());
+    }
+}
+
+/// Property tests: any text (any Unicode, control characters and NUL included, empty,
+/// long) through tokenizer and pipeline, under random pooling, normalisation, max_length
+/// and Matryoshka options on a tiny fixture, gives finite vectors of the stated dimension,
+/// and batching does not change them.
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    const MODES: [&str; 6] = ["cls", "mean", "max", "mean_sqrt_len_tokens", "weightedmean", "lasttoken"];
+
+    fn text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            any::<String>(),
+            "\\PC{0,80}",
+            proptest::collection::vec(prop_oneof![Just("\u{301}"), Just("\u{200d}"), Just("👩"), Just("\u{5d0}"), Just(" "), Just("a")], 0..40)
+                .prop_map(|parts| parts.concat()),
+            (1usize..4000).prop_map(|n| "word ".repeat(n)),
+        ]
+    }
+
+    proptest! {
+        // A fixed seed: the same cases on every run (a failure is reproducible as it is).
+        #![proptest_config(ProptestConfig {
+            cases: 256,
+            rng_seed: proptest::test_runner::RngSeed::Fixed(0x5eed_0e3b_ed00),
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        })]
+
+        #[test]
+        fn any_text_under_any_options_embeds(
+            texts in proptest::collection::vec(text(), 1..6),
+            modes in proptest::sample::subsequence(MODES.to_vec(), 1..3),
+            normalize in any::<bool>(),
+            max_length in 3usize..40,
+            dimensions in proptest::option::of(1usize..16),
+            budget in 1usize..200,
+        ) {
+            let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pool_mean");
+            let options = Options::from_json(&serde_json::json!({
+                "pooling": modes, "normalize": normalize, "max_length": max_length, "dimensions": dimensions,
+            })).unwrap();
+            let p = Pipeline::load(&dir, &options).unwrap();
+            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+            let batched = p.embed_batched(&refs, budget, 2, || Ok(())).unwrap();
+            prop_assert_eq!(batched.len(), texts.len());
+            for (t, v) in refs.iter().zip(&batched) {
+                prop_assert_eq!(v.len(), p.dim());
+                prop_assert!(v.iter().all(|x| x.is_finite()), "{:?} -> {:?}", t, v);
+                let single = p.embed(&[t]).unwrap().remove(0);
+                let d = single.iter().zip(v).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+                prop_assert!(d <= 1e-5, "{:?}: batched differs by {}", t, d);
+            }
+        }
+
+        #[test]
+        fn chunks_of_any_text_are_in_order_and_within_the_text(
+            t in text(),
+            max_tokens in 1usize..20,
+            overlap in 0usize..20,
+        ) {
+            let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pool_mean");
+            let p = Pipeline::load(&dir, &Options::default()).unwrap();
+            match p.chunk(&t, max_tokens, overlap) {
+                Err(e) => prop_assert!(overlap >= max_tokens, "{}", e),
+                Ok(chunks) => {
+                    for c in &chunks {
+                        prop_assert!(c.bytes.start <= c.bytes.end && c.bytes.end <= t.len());
+                        prop_assert!(t.is_char_boundary(c.bytes.start) && t.is_char_boundary(c.bytes.end));
+                        prop_assert!(c.tokens.len() <= max_tokens && !c.tokens.is_empty());
+                    }
+                    for w in chunks.windows(2) {
+                        prop_assert!(w[1].tokens.start > w[0].tokens.start && w[1].tokens.start <= w[0].tokens.end);
+                    }
+                }
+            }
+        }
     }
 }
 

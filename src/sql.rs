@@ -15,6 +15,7 @@ fn sqlerrcode(state: SqlState) -> PgSqlErrorCode {
     match state {
         SqlState::InvalidParameterValue => ERRCODE_INVALID_PARAMETER_VALUE,
         SqlState::StringDataRightTruncation => ERRCODE_STRING_DATA_RIGHT_TRUNCATION,
+        SqlState::ProgramLimitExceeded => ERRCODE_PROGRAM_LIMIT_EXCEEDED,
         SqlState::UndefinedObject => ERRCODE_UNDEFINED_OBJECT,
         SqlState::InsufficientPrivilege => ERRCODE_INSUFFICIENT_PRIVILEGE,
         SqlState::ObjectNotInPrerequisiteState => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
@@ -183,6 +184,30 @@ fn rerank(
         .collect();
     scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
     TableIterator::new(scored)
+}
+
+/// Test builds only (`pg_test` feature): panics on the backend's thread, on a compute
+/// thread, or in one chunk of a team step, to show that a panic anywhere becomes an ERROR of
+/// the statement and the session goes on.
+#[cfg(feature = "pg_test")]
+#[pg_extern(name = "_panic_for_test")]
+fn panic_for_test(place: &str) -> i32 {
+    match place {
+        "backend" => panic!("test panic on the backend thread"),
+        "compute" => threads::run(2, || -> i32 { panic!("test panic on a compute thread") }).or_raise(),
+        "team" => threads::run(2, || {
+            threads::team(2, |m| {
+                m.step(4, |c| {
+                    if c == 3 {
+                        panic!("test panic in a team step");
+                    }
+                })
+            });
+            0
+        })
+        .or_raise(),
+        other => raise(Error::InvalidArgument { what: "place", reason: format!("unknown place \"{other}\"") }),
+    }
 }
 
 #[pg_schema]

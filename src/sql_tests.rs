@@ -494,11 +494,14 @@ mod tests {
     /// The SQLSTATE and message of the error `query` raises ("" if none), caught in a
     /// subtransaction so the test goes on.
     fn sql_error(query: &str) -> String {
-        Spi::run(
-            "CREATE OR REPLACE FUNCTION pg_temp.sql_error(q text) RETURNS text LANGUAGE plpgsql AS $$
-             BEGIN EXECUTE q; RETURN ''; EXCEPTION WHEN OTHERS THEN RETURN SQLSTATE || ': ' || SQLERRM; END $$",
-        )
-        .unwrap();
+        let defined = Spi::get_one::<bool>("SELECT to_regprocedure('pg_temp.sql_error(text)') IS NOT NULL");
+        if defined.unwrap() != Some(true) {
+            Spi::run(
+                "CREATE FUNCTION pg_temp.sql_error(q text) RETURNS text LANGUAGE plpgsql AS $$
+                 BEGIN EXECUTE q; RETURN ''; EXCEPTION WHEN OTHERS THEN RETURN SQLSTATE || ': ' || SQLERRM; END $$",
+            )
+            .unwrap();
+        }
         Spi::get_one_with_args::<String>("SELECT pg_temp.sql_error($1)", &[query.into()]).unwrap().unwrap()
     }
 
@@ -823,5 +826,80 @@ mod tests {
         fake_hub("auto_absent");
         Spi::run("SET LOCAL pg_embed.auto_register = on").unwrap();
         embed_sql("org/nothere", "x");
+    }
+
+    // ---- failures stay in their statement ------------------------------------------------------
+
+    /// A panic on the backend thread, on a compute thread, or inside a team step is an ERROR
+    /// of that statement (XX000); the session, the compute pool and the model cache go on.
+    #[pg_test]
+    fn panics_become_errors_and_the_session_goes_on() {
+        register("minilm");
+        let before = embed_sql("minilm", "still here");
+        for (place, message) in [
+            ("backend", "test panic on the backend thread"),
+            ("compute", "test panic on a compute thread"),
+            ("team", "test panic in a team step"),
+        ] {
+            let err = sql_error(&format!("SELECT _panic_for_test('{place}')"));
+            assert!(err.starts_with("XX000: ") && err.contains(message), "{place}: {err}");
+            assert_eq!(embed_sql("minilm", "still here"), before, "after a panic on {place}");
+        }
+    }
+
+    /// pg_embed.max_model_size: a model whose weights (as f32, from the safetensors headers)
+    /// exceed it is refused before they are read; superuser only.
+    #[pg_test]
+    fn max_model_size_refuses_large_models_before_loading() {
+        Spi::run("SET LOCAL pg_embed.max_model_size = '80MB'").unwrap();
+        let err = sql_error("SELECT embed.register_model('big', 'all-MiniLM-L6-v2')");
+        assert_eq!(
+            err,
+            "54000: model \"all-MiniLM-L6-v2\" needs 87 MB for its weights, more than pg_embed.max_model_size (80 MB)"
+        );
+        Spi::run("SET LOCAL pg_embed.max_model_size = '1GB'").unwrap();
+        register("big");
+        Spi::run("SET LOCAL pg_embed.max_model_size = 0").unwrap();
+        assert_eq!(embed_sql("big", "fits").len(), 384);
+        Spi::run("CREATE ROLE embed_test_size").unwrap();
+        Spi::run("SET ROLE embed_test_size").unwrap();
+        let err = sql_error("SET pg_embed.max_model_size = 0");
+        assert_eq!(err, "42501: permission denied to set parameter \"pg_embed.max_model_size\"");
+    }
+
+    /// 100,000 inputs with NULLs among them, in one call: a row per input, NULL rows where
+    /// the input is NULL, each equal to the single call (a tiny fixture model keeps it fast).
+    #[pg_test]
+    fn an_array_of_100000_inputs_with_nulls() {
+        use_fixtures();
+        register_with("tiny", "pool_mean", "{}");
+        Spi::run(
+            "CREATE TEMP TABLE big AS
+             SELECT i, e FROM embed('tiny', (SELECT array_agg(CASE WHEN i % 1000 = 0 THEN NULL ELSE 'text ' || (i % 7) END ORDER BY i)
+                                               FROM generate_series(1, 100000) AS i)) WITH ORDINALITY AS t(e, i)",
+        )
+        .unwrap();
+        let (rows, nulls) = Spi::get_two::<i64, i64>("SELECT count(*), count(*) FILTER (WHERE e IS NULL) FROM big").unwrap();
+        assert_eq!((rows, nulls), (Some(100_000), Some(100)));
+        let misplaced_nulls = Spi::get_one::<i64>("SELECT count(*) FROM big WHERE (e IS NULL) <> (i % 1000 = 0)").unwrap();
+        assert_eq!(misplaced_nulls, Some(0), "NULL rows exactly where the inputs are NULL");
+        // Every row (sampled every 997th) equals the single call for its text within 1e-5.
+        let worst = Spi::get_one::<f32>(
+            "SELECT max(abs(a - b)) FROM big, unnest(e, embed('tiny', 'text ' || (i % 7))) AS d(a, b)
+              WHERE e IS NOT NULL AND i % 997 = 0",
+        )
+        .unwrap()
+        .unwrap();
+        assert!(worst <= 1e-5, "largest difference {worst}");
+    }
+
+    /// A 10 MB input is tokenized, truncated and embedded like any other.
+    #[pg_test]
+    fn a_10_mb_input() {
+        use_fixtures();
+        register_with("tiny", "pool_mean", "{}");
+        let long = Spi::get_one::<Vec<f32>>("SELECT embed('tiny', repeat('word é🎉 ', 1000000))").unwrap().unwrap();
+        let short = Spi::get_one::<Vec<f32>>("SELECT embed('tiny', repeat('word é🎉 ', 1000))").unwrap().unwrap();
+        assert_eq!(long, short, "only the first max_length tokens count");
     }
 }
