@@ -164,27 +164,21 @@ pub fn cache_dir(setting: &str) -> Result<PathBuf> {
 /// sha256 (hex) of every file under `dir`, by path relative to it, links followed; every
 /// file must lie inside `root`.
 pub fn digests(root: &Path, dir: &Path) -> Result<BTreeMap<String, String>> {
-    let mut out = BTreeMap::new();
-    let mut pending = vec![dir.to_path_buf()];
-    while let Some(d) = pending.pop() {
-        for entry in std::fs::read_dir(&d).map_err(|e| Error::io(&d, e))? {
-            let path = entry.map_err(|e| Error::io(&d, e))?.path();
-            let real = path.canonicalize().map_err(|e| Error::io(&path, e))?;
-            if !real.starts_with(root) {
-                return Err(Error::SourceOutsideModelDir {
-                    what: "hub file",
-                    source_name: path.display().to_string(),
-                });
-            }
-            if real.is_dir() {
-                pending.push(path);
-                continue;
-            }
-            let name = path.strip_prefix(dir).unwrap_or(&path).to_string_lossy().into_owned();
-            out.insert(name, sha256_file(&real)?);
+    let inside_root = |path: &Path| {
+        let real = path.canonicalize().map_err(|e| Error::io(path, e))?;
+        if real.starts_with(root) {
+            Ok(())
+        } else {
+            Err(Error::SourceOutsideModelDir { what: "hub file", source_name: path.display().to_string() })
         }
-    }
-    Ok(out)
+    };
+    crate::st::files_under(dir, inside_root)?
+        .into_iter()
+        .map(|path| {
+            let name = path.strip_prefix(dir).unwrap_or(&path).to_string_lossy().into_owned();
+            Ok((name, sha256_file(&path)?))
+        })
+        .collect()
 }
 
 /// Checks the files under `dir` against the digests recorded at registration: a changed,

@@ -798,15 +798,9 @@ fn load_tokenizer(path: &Path) -> Result<Tokenizer> {
 /// nothing is allocated for the tensors.
 pub fn weight_bytes(dir: &Path) -> Result<u64> {
     let mut total = 0u64;
-    let mut pending = vec![dir.to_path_buf()];
-    while let Some(d) = pending.pop() {
-        for entry in std::fs::read_dir(&d).map_err(|e| Error::io(&d, e))? {
-            let path = entry.map_err(|e| Error::io(&d, e))?.path();
-            if path.is_dir() {
-                pending.push(path);
-            } else if path.extension().is_some_and(|e| e == "safetensors") {
-                total = total.saturating_add(safetensors_f32_bytes(&path)?);
-            }
+    for path in crate::st::files_under(dir, |_| Ok(()))? {
+        if path.extension().is_some_and(|e| e == "safetensors") {
+            total = total.saturating_add(safetensors_f32_bytes(&path)?);
         }
     }
     Ok(total)

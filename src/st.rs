@@ -24,6 +24,25 @@ pub fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T> {
     read_json_opt(path)?.ok_or_else(|| Error::MissingFile { path: path.into() })
 }
 
+/// Every file under `dir`, sub-folders and links followed, as paths under `dir`. `admit`
+/// sees each entry (file or folder) before it is used and may refuse it, which ends the walk.
+pub fn files_under(dir: &Path, mut admit: impl FnMut(&Path) -> Result<()>) -> Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(d) = pending.pop() {
+        for entry in std::fs::read_dir(&d).map_err(|e| Error::io(&d, e))? {
+            let path = entry.map_err(|e| Error::io(&d, e))?.path();
+            admit(&path)?;
+            if path.is_dir() {
+                pending.push(path);
+            } else {
+                files.push(path);
+            }
+        }
+    }
+    Ok(files)
+}
+
 /// One entry of modules.json.
 #[derive(Debug, Deserialize)]
 struct ModuleEntry {
