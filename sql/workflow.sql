@@ -13,6 +13,10 @@ DECLARE
     target_mod integer;
     target_typname name;
 BEGIN
+    IF rel IS NULL OR model IS NULL OR source_column IS NULL OR target_column IS NULL THEN
+        RAISE EXCEPTION 'table, model, source column and target column must not be NULL'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
     IF NOT EXISTS (SELECT FROM pg_attribute WHERE attrelid = rel AND attname = source_column
                    AND attnum > 0 AND NOT attisdropped) THEN
         RAISE EXCEPTION 'column "%" of relation % does not exist', source_column, rel

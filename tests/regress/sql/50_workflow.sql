@@ -143,6 +143,7 @@ SELECT count(*) AS rows, count(emb) AS with_vector, count(*) FILTER (WHERE body 
 SELECT count(*) AS rows_written, max(writes) AS most_writes_of_a_row FROM library_writes;
 SELECT pg_temp.err($$CALL embed.backfill('library', 'body', 'emb', 'minilm', 0)$$);
 SELECT pg_temp.err($$CALL embed.backfill('library', 'nope', 'emb', 'minilm')$$);
+SELECT pg_temp.err($$CALL embed.backfill('library', 'body', 'emb', NULL)$$);
 
 -- ---- management and privileges -------------------------------------------------------------
 SELECT name, task, dim, calls > 0 AS used, forward_passes > 0 AS ran, parameters

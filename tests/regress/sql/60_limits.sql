@@ -19,3 +19,7 @@ SET pg_embed.max_model_size = '64MB';
 SELECT pg_temp.err($$SELECT embed.register_model('too_big', 'all-MiniLM-L6-v2')$$);
 RESET pg_embed.max_model_size;
 SELECT count(*) AS registered FROM embed.models WHERE name = 'too_big';
+
+-- embed.chunk's arguments are checked.
+SELECT pg_temp.err($$SELECT * FROM embed.chunk('minilm', 'some text', 4, -1)$$);
+SELECT pg_temp.err($$SELECT * FROM embed.chunk('nope', 'some text', 4)$$);
