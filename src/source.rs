@@ -2,8 +2,10 @@
 //!
 //! Security boundary: whatever the source says (relative path, `..`, absolute path,
 //! symlinks), the directory that is finally read must lie inside the canonical
-//! model directory. The check runs at registration and again at every load, so a
-//! symlink swapped in later is refused too.
+//! model directory, and so must every file under it, links followed: a link inside a
+//! model folder (`tokenizer.json -> /etc/...`) may not reach outside either. The check
+//! runs at registration and again at every load, so a symlink swapped in later is
+//! refused too.
 
 use std::path::{Path, PathBuf};
 
@@ -40,7 +42,21 @@ pub fn resolve(model_dir: &str, source: &str) -> Result<PathBuf> {
             reason: "it is not a directory".into(),
         });
     }
+    crate::st::files_under(&resolved, admit_inside(&root, "model file"))?;
     Ok(resolved)
+}
+
+/// An `admit` check for [`crate::st::files_under`]: the entry, links followed, lies inside
+/// the canonical directory `root`; else it is refused as `what`, named relative to `root`.
+pub fn admit_inside<'a>(root: &'a Path, what: &'static str) -> impl Fn(&Path) -> Result<()> + 'a {
+    move |path: &Path| {
+        let real = path.canonicalize().map_err(|e| Error::io(path, e))?;
+        if real.starts_with(root) {
+            return Ok(());
+        }
+        let name = path.strip_prefix(root).unwrap_or(path);
+        Err(Error::SourceOutsideModelDir { what, source_name: name.display().to_string() })
+    }
 }
 
 fn outside(source: &str) -> Error {
@@ -110,6 +126,20 @@ mod tests {
         if fs::symlink_metadata(&inner).is_err() {
             std::os::unix::fs::symlink(models.join("m1"), &inner).unwrap();
         }
+        // Model folders whose files or sub-folders link outside, and one linking inside.
+        fs::create_dir_all(models.join("leaky_file")).unwrap();
+        fs::create_dir_all(models.join("leaky_dir")).unwrap();
+        fs::create_dir_all(models.join("shared_file")).unwrap();
+        fs::write(base.join("secret/tokenizer.json"), "{}").unwrap();
+        for (link, target) in [
+            (models.join("leaky_file/tokenizer.json"), base.join("secret/tokenizer.json")),
+            (models.join("leaky_dir/1_Pooling"), base.join("secret")),
+            (models.join("shared_file/tokenizer.json"), models.join("file.txt")),
+        ] {
+            if fs::symlink_metadata(&link).is_err() {
+                std::os::unix::fs::symlink(target, &link).unwrap();
+            }
+        }
         (base, models)
     }
 
@@ -128,6 +158,14 @@ mod tests {
             assert!(matches!(err, Error::SourceOutsideModelDir { .. }), "{bad}: {err}");
         }
         assert!(matches!(resolve(dir, "nope").unwrap_err(), Error::SourceNotFound { .. }));
+        // Files and folders inside a model folder that link outside model_dir.
+        for (bad, named) in [("leaky_file", "leaky_file/tokenizer.json"), ("leaky_dir", "leaky_dir/1_Pooling")] {
+            match resolve(dir, bad).unwrap_err() {
+                Error::SourceOutsideModelDir { what: "model file", source_name } => assert_eq!(source_name, named),
+                err => panic!("{bad}: {err}"),
+            }
+        }
+        assert!(resolve(dir, "shared_file").is_ok(), "a link to a file inside model_dir is fine");
 
         let root = models.canonicalize().unwrap();
         let file = |name: &str| resolve_file(&root, &m1, name, "head file");

@@ -893,6 +893,90 @@ mod tests {
         assert!(worst <= 1e-5, "largest difference {worst}");
     }
 
+    /// Broken model folders, as a user registering them meets them: each is an ERROR with
+    /// its own SQLSTATE naming the file, nothing is registered, and the session goes on.
+    /// The folders are copies of the pool_mean fixture with one thing broken each, in a
+    /// fresh model_dir beside a folder it must not reach.
+    #[pg_test]
+    fn broken_model_folders_are_errors_with_their_sqlstate() {
+        use std::fs;
+        let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pool_mean");
+        let base = std::env::temp_dir().join(format!("pg_embed_broken_sql_{}", std::process::id()));
+        let _ = fs::remove_dir_all(&base);
+        let (models, secret) = (base.join("models"), base.join("secret"));
+        fs::create_dir_all(&secret).unwrap();
+        fs::write(secret.join("tokenizer.json"), "{\"not\": \"a tokenizer\"}").unwrap();
+        let weights = fs::read(fixture.join("model.safetensors")).unwrap();
+        let copy = |name: &str, edit: &dyn Fn(&std::path::Path)| {
+            let dir = models.join(name);
+            fs::create_dir_all(dir.join("1_Pooling")).unwrap();
+            for f in ["config.json", "modules.json", "sentence_bert_config.json", "tokenizer.json", "1_Pooling/config.json"] {
+                fs::copy(fixture.join(f), dir.join(f)).unwrap();
+            }
+            fs::write(dir.join("model.safetensors"), &weights).unwrap();
+            edit(&dir);
+        };
+        let lying_header = {
+            let header = br#"{"w":{"dtype":"F32","shape":[1000000],"data_offsets":[0,4000000]}}"#;
+            let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+            bytes.extend_from_slice(header);
+            bytes.extend_from_slice(&[0u8; 16]);
+            bytes
+        };
+        let config_edit = |key: &'static str, value: serde_json::Value| {
+            move |d: &std::path::Path| {
+                let mut cfg: serde_json::Value = serde_json::from_slice(&fs::read(d.join("config.json")).unwrap()).unwrap();
+                cfg[key] = value.clone();
+                fs::write(d.join("config.json"), cfg.to_string()).unwrap();
+            }
+        };
+        copy("intact", &|_| {});
+        copy("truncated_weights", &|d| fs::write(d.join("model.safetensors"), &weights[..weights.len() / 2]).unwrap());
+        copy("garbage_weights", &|d| fs::write(d.join("model.safetensors"), vec![0xA5u8; 4096]).unwrap());
+        copy("lying_header", &|d| fs::write(d.join("model.safetensors"), &lying_header).unwrap());
+        copy("huge_header_length", &|d| fs::write(d.join("model.safetensors"), u64::MAX.to_le_bytes()).unwrap());
+        copy("shape_mismatch", &config_edit("intermediate_size", 48.into()));
+        copy("no_tokenizer", &|d| fs::remove_file(d.join("tokenizer.json")).unwrap());
+        copy("bad_tokenizer", &|d| fs::write(d.join("tokenizer.json"), "{\"model\": 7}").unwrap());
+        copy("bad_config", &|d| fs::write(d.join("config.json"), "{\"model_type\": \"bert\",").unwrap());
+        copy("bad_pooling_config", &|d| fs::write(d.join("1_Pooling/config.json"), "[]").unwrap());
+        copy("gpt2", &config_edit("model_type", "gpt2".into()));
+        copy("zero_heads", &config_edit("num_attention_heads", 0.into()));
+        copy("no_weights", &|d| fs::remove_file(d.join("model.safetensors")).unwrap());
+        copy("linked_tokenizer", &|d| {
+            fs::remove_file(d.join("tokenizer.json")).unwrap();
+            std::os::unix::fs::symlink(secret.join("tokenizer.json"), d.join("tokenizer.json")).unwrap();
+        });
+        std::os::unix::fs::symlink(&secret, models.join("linked_folder")).unwrap();
+        Spi::run(&format!("SET LOCAL pg_embed.model_dir = '{}'", models.display())).unwrap();
+
+        register_with("intact", "intact", "{}");
+        let before = embed_sql("intact", "still here");
+        let dir = models.canonicalize().unwrap();
+        for (source, expected) in [
+            ("truncated_weights", format!("XX001: invalid model file \"{}/truncated_weights/model.safetensors\"", dir.display())),
+            ("garbage_weights", format!("XX001: invalid model file \"{}/garbage_weights/model.safetensors\"", dir.display())),
+            ("lying_header", format!("XX001: invalid model file \"{}/lying_header/model.safetensors\"", dir.display())),
+            ("huge_header_length", format!("XX001: invalid model file \"{}/huge_header_length/model.safetensors\": safetensors header length", dir.display())),
+            ("shape_mismatch", format!("XX001: invalid model file \"{}/shape_mismatch/model.safetensors\"", dir.display())),
+            ("no_tokenizer", format!("58P01: model file \"{}/no_tokenizer/tokenizer.json\" is missing", dir.display())),
+            ("bad_tokenizer", format!("XX001: invalid model file \"{}/bad_tokenizer/tokenizer.json\"", dir.display())),
+            ("bad_config", format!("XX001: invalid model file \"{}/bad_config/config.json\"", dir.display())),
+            ("bad_pooling_config", format!("XX001: invalid model file \"{}/bad_pooling_config/1_Pooling/config.json\"", dir.display())),
+            ("gpt2", format!("0A000: unsupported model_type \"gpt2\" in \"{}/gpt2/config.json\"", dir.display())),
+            ("zero_heads", format!("XX001: invalid model file \"{}/zero_heads/config.json\": hidden_size 32 is not a multiple of num_attention_heads 0", dir.display())),
+            ("no_weights", format!("58P01: model file \"{}/no_weights/model.safetensors\" is missing", dir.display())),
+            ("linked_tokenizer", "42501: model file \"linked_tokenizer/tokenizer.json\" is outside pg_embed.model_dir".into()),
+            ("linked_folder", "42501: model source \"linked_folder\" is outside pg_embed.model_dir".into()),
+        ] {
+            let err = sql_error(&format!("SELECT embed.register_model('broken', '{source}')"));
+            assert!(err.starts_with(&expected), "{source}: {err}");
+        }
+        assert_eq!(Spi::get_one::<i64>("SELECT count(*) FROM embed.models WHERE name = 'broken'").unwrap(), Some(0));
+        assert_eq!(embed_sql("intact", "still here"), before, "the session goes on");
+        let _ = fs::remove_dir_all(&base);
+    }
+
     /// A 10 MB input is tokenized, truncated and embedded like any other.
     #[pg_test]
     fn a_10_mb_input() {
