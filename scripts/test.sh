@@ -6,14 +6,17 @@
 #   3. a fresh, separate test server (port ${PG_EMBED_TEST_PORT:-28819}, .pg/test-data)
 #   4. SQL-level regression suite tests/regress with the wheel's pg_regress
 #   5. the test server's log must not show a backend "terminated by signal"
-# TEST_ONLY=pgrx runs only 1; TEST_ONLY=regress runs only 2-5.
+#   6. operational tests tests/ops against the same server: pg_cancel_backend of a long
+#      batch, a backend's memory over 10,000 calls, pgbench load through the trigger
+#      (OPS_LOAD_SECONDS, default 20), kill -9 during trigger INSERTs and a backfill
+# TEST_ONLY=pgrx runs only 1; TEST_ONLY=regress runs only 2-5; TEST_ONLY=ops 2, 3 and 6.
 # PG_EMBED_SKIP_INSTALL=1 skips 2 (test the extension as already installed).
 set -euo pipefail
 # shellcheck source=scripts/env.sh
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 
 TEST_ONLY="${TEST_ONLY:-}"
-case "$TEST_ONLY" in ""|pgrx|regress) ;; *) die "TEST_ONLY must be pgrx or regress, not '$TEST_ONLY'" ;; esac
+case "$TEST_ONLY" in ""|pgrx|regress|ops) ;; *) die "TEST_ONLY must be pgrx, regress or ops, not '$TEST_ONLY'" ;; esac
 
 t_all=$EPOCHREALTIME
 declare -a summary=()
@@ -36,14 +39,14 @@ section_done
 cd "$REPO"
 
 # ---- 0. static check of docker/ (no Docker engine here: the image is not built) ----------
-if [ "$TEST_ONLY" != regress ]; then
+if [ -z "$TEST_ONLY" ] || [ "$TEST_ONLY" = pgrx ]; then
     section "docker/ static check"
     python3 scripts/check_docker_test.py
     section_done
 fi
 
 # ---- 1. pgrx tests ---------------------------------------------------------------------
-if [ "$TEST_ONLY" != regress ]; then
+if [ -z "$TEST_ONLY" ] || [ "$TEST_ONLY" = pgrx ]; then
     section "cargo pgrx test pg$PG_MAJOR"
     if is_root; then
         # Postgres cannot run as root: pgrx runs it through `sudo -u $PG_USER`, which
@@ -91,43 +94,52 @@ if [ "$TEST_ONLY" != pgrx ]; then
     "$REPO/scripts/server.sh" start
     section_done
 
-    section "pg_regress tests/regress"
-    outdir="$REPO/target/regress"
-    rm -rf "$outdir"
-    mkdir -p "$outdir"
-    if [ -f tests/regress/schedule ]; then
-        tests=(--schedule=tests/regress/schedule)
-        info "tests: tests/regress/schedule"
-    else
-        tests=()
-        for f in tests/regress/sql/*.sql; do
-            [ -e "$f" ] || continue
-            f="${f##*/}"
-            tests+=("${f%.sql}")
-        done
-        [ ${#tests[@]} -gt 0 ] || die "no tests in tests/regress/sql"
-        info "tests: ${tests[*]}"
-    fi
-    # pg_regress (installcheck mode: no --temp-instance) drops and re-creates the database.
-    if ! "$PG_REGRESS" --bindir="$PGBIN" --host=127.0.0.1 --port="$PG_EMBED_PORT" \
-        --user="$PG_SUPERUSER" --dbname=pg_embed_regress \
-        --inputdir=tests/regress --outputdir="$outdir" "${tests[@]}"; then
-        if [ -s "$outdir/regression.diffs" ]; then
-            echo "---- $outdir/regression.diffs ----"
-            cat "$outdir/regression.diffs"
+    if [ "$TEST_ONLY" != ops ]; then
+        section "pg_regress tests/regress"
+        outdir="$REPO/target/regress"
+        rm -rf "$outdir"
+        mkdir -p "$outdir"
+        if [ -f tests/regress/schedule ]; then
+            tests=(--schedule=tests/regress/schedule)
+            info "tests: tests/regress/schedule"
+        else
+            tests=()
+            for f in tests/regress/sql/*.sql; do
+                [ -e "$f" ] || continue
+                f="${f##*/}"
+                tests+=("${f%.sql}")
+            done
+            [ ${#tests[@]} -gt 0 ] || die "no tests in tests/regress/sql"
+            info "tests: ${tests[*]}"
         fi
-        die "regression tests failed (results in $outdir)"
-    fi
-    section_done
+        # pg_regress (installcheck mode: no --temp-instance) drops and re-creates the database.
+        if ! "$PG_REGRESS" --bindir="$PGBIN" --host=127.0.0.1 --port="$PG_EMBED_PORT" \
+            --user="$PG_SUPERUSER" --dbname=pg_embed_regress \
+            --inputdir=tests/regress --outputdir="$outdir" "${tests[@]}"; then
+            if [ -s "$outdir/regression.diffs" ]; then
+                echo "---- $outdir/regression.diffs ----"
+                cat "$outdir/regression.diffs"
+            fi
+            die "regression tests failed (results in $outdir)"
+        fi
+        section_done
 
-    section "test server log"
+        section "test server log"
+        if grep -n "terminated by signal" "$PG_LOG"; then
+            die "a server process crashed during the tests (see $PG_LOG)"
+        fi
+        info "no server process terminated by a signal ($PG_LOG)"
+        section_done
+    fi
+
+    # Last: its crash test kills backends (and checks the log for exactly those itself).
+    if [ "$TEST_ONLY" != regress ]; then
+        section "operational tests tests/ops"
+        PG_EMBED_DB=postgres "$REPO/tests/ops/run.sh"
+        section_done
+    fi
     "$REPO/scripts/server.sh" stop
     trap - EXIT
-    if grep -n "terminated by signal" "$PG_LOG"; then
-        die "a server process crashed during the tests (see $PG_LOG)"
-    fi
-    info "no server process terminated by a signal ($PG_LOG)"
-    section_done
 fi
 
 echo

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The operational tests, in order, against a running server with pg_embed installed (make
+# test runs them on its test server after the regression suite): cancel, memory, load, and
+# crash last (its kill -9 ends every session). all-MiniLM-L6-v2 is registered as "minilm" in
+# the database PG_EMBED_DB. OPS_LOAD_SECONDS sets the load test's length (default 20).
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+q -c "SET client_min_messages = warning" \
+  -c "CREATE EXTENSION IF NOT EXISTS vector" \
+  -c "CREATE EXTENSION IF NOT EXISTS pg_embed" \
+  -c "SELECT embed.register_model('$MODEL', 'all-MiniLM-L6-v2')" >/dev/null
+here="$(dirname "${BASH_SOURCE[0]}")"
+"$here/cancel.sh"
+"$here/memory.sh"
+"$here/load.sh" 8 "${OPS_LOAD_SECONDS:-20}"
+"$here/crash.sh"
