@@ -32,6 +32,9 @@ pub mod threads;
 #[cfg(test)]
 mod parity;
 
+#[cfg(test)]
+mod fuzz_models;
+
 #[pgrx::pg_guard]
 pub extern "C-unwind" fn _PG_init() {
     guc::register();

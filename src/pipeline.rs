@@ -179,7 +179,10 @@ impl Pipeline {
         let normalize = options.normalize.unwrap_or(layout.normalize) && !classify;
 
         let mut tokenizer = load_tokenizer(&bdir.join("tokenizer.json"))?;
-        let pad_id = tokenizer.get_padding().map_or(config.pad_token_id(), |p| p.pad_id);
+        let (pad_id, pad_file) = match tokenizer.get_padding() {
+            Some(p) => (p.pad_id, "tokenizer.json"),
+            None => (config.pad_token_id(), "config.json"),
+        };
         let max_positions = config.max_position_embeddings();
         let max_length = match options.max_length {
             Some(n) if n > max_positions => {
@@ -227,6 +230,14 @@ impl Pipeline {
             None
         };
         let backbone = Backbone::load(vb, &config).map_err(|e| e.in_dir(bdir))?;
+        // Batches are padded with this id: out of the vocabulary, every padded batch fails.
+        if pad_id as usize >= config.vocab_size() {
+            return Err(Error::invalid_file(
+                bdir.join(pad_file),
+                format!("pad_token_id {pad_id} is not below vocab_size {}", config.vocab_size()),
+            ));
+        }
+        check_token_ids(&tokenizer, config.vocab_size(), &bdir.join("tokenizer.json"))?;
         if classifier.as_ref().is_some_and(Classifier::needs_pooler) && !backbone.has_pooler() {
             return Err(Error::invalid_file(
                 bdir.join("model.safetensors"),
@@ -241,9 +252,10 @@ impl Pipeline {
         }
 
         let mut heads = Vec::with_capacity(layout.dense.len());
+        let pooler_size = backbone.pooler_size(&config);
         let mut dim: usize = pooling
             .iter()
-            .map(|m| if *m == PoolingMode::Pooler { config.pooler_size() } else { config.hidden_size() })
+            .map(|m| if *m == PoolingMode::Pooler { pooler_size } else { config.hidden_size() })
             .sum();
         // A classifier ends in its head: sentence-transformers' Dense modules do not apply.
         for folder in layout.dense.iter().filter(|_| !classify) {
@@ -788,8 +800,30 @@ fn tokenizer_max_length(path: &Path) -> Result<Option<usize>> {
     Ok(cfg.and_then(|c| c.model_max_length).filter(|n| *n >= 1.0 && *n < 1e9).map(|n| n as usize))
 }
 
+/// Refuses a tokenizer that can emit a token id the embedding has no row for (any input
+/// with that token, or every input for a special token the template adds, would fail in
+/// the forward pass): the vocabulary with its added tokens, and the special tokens of the
+/// post-processor's single and pair templates.
+fn check_token_ids(tokenizer: &Tokenizer, vocab_size: usize, path: &Path) -> Result<()> {
+    let mut tokens: Vec<(String, u32)> = tokenizer.get_vocab(true).into_iter().collect();
+    for input in [tokenizers::EncodeInput::Single("".into()), ("", "").into()] {
+        let enc = tokenizer.encode(input, true).map_err(|e| Error::invalid_file(path, e))?;
+        tokens.extend(enc.get_tokens().iter().cloned().zip(enc.get_ids().iter().copied()));
+    }
+    match tokens.into_iter().max_by_key(|(_, id)| *id) {
+        Some((token, id)) if id as usize >= vocab_size => Err(Error::invalid_file(
+            path,
+            format!("token {token:?} has id {id}, not below the model's vocab_size {vocab_size}"),
+        )),
+        _ => Ok(()),
+    }
+}
+
 fn load_tokenizer(path: &Path) -> Result<Tokenizer> {
     let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    // tokenizers panics (`expect`) on some malformed JSON, a truncated file among them:
+    // the syntax is checked first.
+    serde_json::from_slice::<serde::de::IgnoredAny>(&bytes).map_err(|e| Error::invalid_file(path, e))?;
     Tokenizer::from_bytes(&bytes).map_err(|e| Error::invalid_file(path, e))
 }
 

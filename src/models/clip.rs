@@ -77,6 +77,8 @@ pub struct Model {
     inner: ct::ClipTextTransformer,
     projection: Option<Linear>,
     eos_token_id: u32,
+    /// Width of the pooled output: projection_dim with `text_projection`, else hidden_size.
+    pooled_size: usize,
 }
 
 pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
@@ -105,10 +107,15 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
         .then(|| candle_nn::linear_no_bias(cfg.hidden_size, cfg.projection_dim, vb.pp("text_projection")))
         .transpose()
         .map_err(bad_weights)?;
-    Ok(Model { inner, projection, eos_token_id: cfg.eos_token_id })
+    let pooled_size = if projection.is_some() { cfg.projection_dim } else { cfg.hidden_size };
+    Ok(Model { inner, projection, eos_token_id: cfg.eos_token_id, pooled_size })
 }
 
 impl Model {
+    pub fn pooled_size(&self) -> usize {
+        self.pooled_size
+    }
+
     /// Causal self-attention: with right padding no real token sees a pad, so the padding
     /// mask is not needed. CLIP has no token types.
     pub fn forward(&self, ids: &Tensor, _type_ids: &Tensor, _mask: &Tensor) -> candle_core::Result<Tensor> {

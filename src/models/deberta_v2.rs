@@ -6,7 +6,7 @@ use candle_nn::VarBuilder;
 use candle_transformers::models::debertav2 as cd;
 use serde::{Deserialize, Serialize};
 
-use super::encoder::{bad_weights, check_heads, unsupported, with_prefix};
+use super::encoder::{bad_weights, check_eps, check_heads, check_positions, unsupported, with_prefix};
 use crate::error::Result;
 
 /// `transformers.DebertaV2Config`
@@ -135,6 +135,12 @@ impl Config {
 
 pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
     check_heads(cfg.hidden_size, cfg.num_attention_heads)?;
+    // candle builds position ids for max_position_embeddings before reading a weight, and
+    // doubles the relative position span in isize.
+    check_positions("max_position_embeddings", cfg.max_position_embeddings)?;
+    check_positions("max_relative_positions", cfg.max_relative_positions.max(0) as usize)?;
+    check_positions("position_buckets", cfg.position_buckets.max(0) as usize)?;
+    check_eps("layer_norm_eps", cfg.layer_norm_eps)?;
     if cfg.conv_kernel_size > 0 {
         return Err(unsupported(
             "conv_kernel_size",

@@ -70,6 +70,55 @@ pub fn hidden_act(name: &str) -> Result<kernels::Activation> {
     })
 }
 
+/// The most positions a config may name where a table of that length is built from the
+/// config alone, with no tensor of the checkpoint to bound it (candle's ModernBERT rotary
+/// tables, its DeBERTa-v2 position ids): 16 times the longest context of the supported
+/// models (ModernBERT's 8192).
+pub const MAX_POSITIONS: usize = 1 << 17;
+
+/// Refuses a number of positions (`what`, from config.json) above [`MAX_POSITIONS`]
+/// before anything is allocated.
+pub fn check_positions(what: &'static str, positions: usize) -> Result<()> {
+    if positions > MAX_POSITIONS {
+        return Err(unsupported(what, &positions.to_string(), "at most 131072"));
+    }
+    Ok(())
+}
+
+/// A LayerNorm or RMSNorm epsilon (`what`, from config.json): a negative one turns the
+/// norm of a row whose variance is below it into NaN.
+pub fn check_eps(what: &str, eps: f64) -> Result<()> {
+    if eps.is_nan() || eps < 0.0 {
+        return Err(Error::invalid_file("config.json", format!("{what} {eps:?} is negative")));
+    }
+    Ok(())
+}
+
+/// A rotary base (`what`, from config.json): at or below 0 the frequencies are NaN or
+/// infinite, and below 1 they grow with the dimension instead of falling.
+pub fn check_rope_theta(what: &str, theta: f64) -> Result<()> {
+    if theta.is_nan() || theta < 1.0 {
+        return Err(Error::invalid_file("config.json", format!("{what} {theta:?} is less than 1")));
+    }
+    Ok(())
+}
+
+/// The relative-position buckets of T5 and MPNet (see [`relative_position_bucket`]): with
+/// fewer than 4 buckets, or a maximum distance not beyond a quarter of them (the exact
+/// buckets), positions fall outside the bucket table or overflow.
+pub fn check_buckets(num_buckets: usize, max_distance: usize) -> Result<()> {
+    let exact = num_buckets / 4;
+    if exact == 0 || max_distance <= exact {
+        return Err(Error::invalid_file(
+            "config.json",
+            format!(
+                "relative_attention_num_buckets {num_buckets} does not work with a maximum distance of {max_distance}: it takes at least 4 buckets and a distance above a quarter of them"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 pub fn check_heads(hidden_size: usize, heads: usize) -> Result<()> {
     if heads == 0 || hidden_size % heads != 0 {
         return Err(Error::invalid_file(
@@ -136,6 +185,7 @@ impl Encoder {
     /// `embeddings_project.*` (ELECTRA's names).
     pub fn load(vb: VarBuilder, spec: &Spec) -> Result<Self> {
         check_heads(spec.hidden_size, spec.num_attention_heads)?;
+        check_eps("layer_norm_eps", spec.layer_norm_eps)?;
         let activation = hidden_act(spec.hidden_act)?;
         let e = vb.pp("embeddings");
         let width = spec.embedding_size;

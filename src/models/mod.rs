@@ -86,14 +86,6 @@ impl BackboneConfig {
         }
     }
 
-    /// Width of the backbone's pooler output (`pooling: "pooler"`).
-    pub fn pooler_size(&self) -> usize {
-        match self {
-            BackboneConfig::ClipText(c) => c.projection_dim,
-            other => other.hidden_size(),
-        }
-    }
-
     /// Pooling when neither sentence-transformers' files nor the options name one: the mean,
     /// except for a CLIP text tower, whose embedding is its pooled, projected output.
     pub fn default_pooling(&self) -> crate::pooling::PoolingMode {
@@ -122,6 +114,22 @@ impl BackboneConfig {
             BackboneConfig::T5(_) => 512,
             // Rotary positions: the config's length is what the model was trained for.
             BackboneConfig::NomicBert(c) => c.max_position_embeddings,
+        }
+    }
+
+    /// Rows of the token embedding (the backbone checks them against the checkpoint).
+    pub fn vocab_size(&self) -> usize {
+        match self {
+            BackboneConfig::Bert(c) => c.vocab_size,
+            BackboneConfig::Roberta(c) | BackboneConfig::XlmRoberta(c) => c.bert.vocab_size,
+            BackboneConfig::DistilBert(c) => c.vocab_size,
+            BackboneConfig::Electra(c) => c.bert.vocab_size,
+            BackboneConfig::DebertaV2(c) => c.vocab_size,
+            BackboneConfig::ModernBert(c) => c.vocab_size,
+            BackboneConfig::Mpnet(c) => c.vocab_size,
+            BackboneConfig::ClipText(c) => c.vocab_size,
+            BackboneConfig::T5(c) => c.vocab_size,
+            BackboneConfig::NomicBert(c) => c.vocab_size,
         }
     }
 
@@ -218,6 +226,16 @@ impl Backbone {
             Backbone::ClipText(m) => m.forward(ids, type_ids, mask),
             Backbone::T5(m) => m.forward(ids, type_ids, mask),
             Backbone::NomicBert(m) => m.forward(ids, type_ids, mask),
+        }
+    }
+
+    /// Width of the pooler output (`pooling: "pooler"`): a CLIP text tower's projection_dim
+    /// when the checkpoint has `text_projection` (else its hidden size, as transformers'
+    /// CLIPTextModel pools), the hidden size elsewhere.
+    pub fn pooler_size(&self, cfg: &BackboneConfig) -> usize {
+        match self {
+            Backbone::ClipText(m) => m.pooled_size(),
+            _ => cfg.hidden_size(),
         }
     }
 

@@ -11,7 +11,9 @@ use candle_nn::VarBuilder;
 use candle_transformers::models::modernbert as cm;
 use serde::{Deserialize, Serialize};
 
-use super::encoder::{bad_weights, check_heads, unsupported};
+use super::encoder::{
+    bad_weights, check_eps, check_heads, check_positions, check_rope_theta, unsupported, MAX_POSITIONS,
+};
 use crate::error::{Error, Result};
 
 /// `transformers.ModernBertConfig`
@@ -137,7 +139,9 @@ impl Config {
         if let Some(rope_type) = params.and_then(|p| p.rope_type.as_deref()).filter(|t| *t != "default") {
             return Err(unsupported("rope_type", rope_type, "default"));
         }
-        Ok(params.and_then(|p| p.rope_theta).or(legacy).unwrap_or(default))
+        let theta = params.and_then(|p| p.rope_theta).or(legacy).unwrap_or(default);
+        check_rope_theta(&format!("rope_theta of {kind}"), theta)?;
+        Ok(theta)
     }
 }
 
@@ -161,6 +165,17 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
     if cfg.num_hidden_layers == 0 {
         return Err(Error::invalid_file("config.json", "num_hidden_layers is 0"));
     }
+    // candle sizes its rotary tables by max_position_embeddings and its layer list by
+    // num_hidden_layers before reading a weight: both are checked first.
+    check_positions("max_position_embeddings", cfg.max_position_embeddings)?;
+    check_eps("norm_eps", cfg.norm_eps)?;
+    // candle's MLP reads `Wi` as [2 * intermediate_size, hidden_size].
+    if cfg.intermediate_size.checked_mul(2).is_none() {
+        return Err(Error::invalid_file(
+            "config.json",
+            format!("intermediate_size {} is too large", cfg.intermediate_size),
+        ));
+    }
     let inner_cfg = cm::Config {
         vocab_size: cfg.vocab_size,
         hidden_size: cfg.hidden_size,
@@ -172,7 +187,10 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
         pad_token_id: cfg.pad_token_id,
         global_attn_every_n_layers: cfg.global_every()?,
         global_rope_theta: cfg.rope_theta("full_attention", cfg.global_rope_theta, 160_000.0)?,
-        local_attention: cfg.local_attention,
+        // candle compares distances with local_attention / 2 as i32, so a window of 2^32 or
+        // more wrapped and masked every token (NaN). Inputs are at most MAX_POSITIONS long:
+        // a window of twice that already reaches every token, and so does any wider one.
+        local_attention: cfg.local_attention.min(2 * MAX_POSITIONS),
         local_rope_theta: cfg.rope_theta("sliding_attention", cfg.local_rope_theta, 10_000.0)?,
         classifier_config: None,
     };
@@ -184,6 +202,13 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
     } else {
         vb
     };
+    let last = cfg.num_hidden_layers - 1;
+    if !vb.contains_tensor(&format!("model.layers.{last}.attn.Wqkv.weight")) {
+        return Err(Error::invalid_file(
+            "model.safetensors",
+            format!("num_hidden_layers is {}, and the checkpoint has no layer {last}", cfg.num_hidden_layers),
+        ));
+    }
     let inner = cm::ModernBert::load(vb, &inner_cfg).map_err(bad_weights)?;
     Ok(Model { inner })
 }

@@ -7,7 +7,9 @@ use candle_core::{Module, Tensor};
 use candle_nn::{Embedding, Linear, VarBuilder};
 use serde::{Deserialize, Serialize};
 
-use super::encoder::{bad_weights, relative_position_bias, renamed, with_prefix, Encoder, Positions, Spec};
+use super::encoder::{
+    bad_weights, check_buckets, relative_position_bias, renamed, with_prefix, Encoder, Positions, Spec,
+};
 use crate::error::Result;
 
 /// `transformers.MPNetConfig`
@@ -93,6 +95,7 @@ pub struct Model {
 }
 
 pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
+    check_buckets(cfg.relative_attention_num_buckets, MAX_DISTANCE)?;
     let vb = with_prefix(vb, &["", "mpnet."], "embeddings.word_embeddings.weight");
     let pooler = vb
         .contains_tensor("pooler.dense.weight")

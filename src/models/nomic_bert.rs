@@ -9,7 +9,7 @@ use candle_core::{DType, Module, Tensor};
 use candle_nn::{Embedding, LayerNorm, Linear, VarBuilder};
 use serde::{Deserialize, Serialize};
 
-use super::encoder::{additive_mask, bad_weights, check_heads, unsupported};
+use super::encoder::{additive_mask, bad_weights, check_eps, check_heads, check_rope_theta, unsupported};
 use crate::error::Result;
 use crate::heads::Activation;
 
@@ -183,6 +183,8 @@ impl Config {
 pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
     let (act, theta) = cfg.check()?;
     check_heads(cfg.hidden_size, cfg.num_attention_heads)?;
+    check_eps("layer_norm_eps", cfg.layer_norm_eps)?;
+    check_rope_theta("rope_theta", theta)?;
     let (h, ff) = (cfg.hidden_size, cfg.intermediate_size);
     let head_dim = h / cfg.num_attention_heads;
     let eps = cfg.layer_norm_eps;

@@ -8,7 +8,9 @@ use candle_core::{DType, Module, Tensor};
 use candle_nn::{Embedding, Linear, VarBuilder};
 use serde::{Deserialize, Serialize};
 
-use super::encoder::{additive_mask, bad_weights, relative_position_bias, unsupported};
+use super::encoder::{
+    additive_mask, bad_weights, check_buckets, check_eps, relative_position_bias, unsupported,
+};
 use crate::error::{Error, Result};
 use crate::heads::Activation;
 
@@ -127,7 +129,14 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
     if cfg.num_heads == 0 || cfg.num_layers == 0 {
         return Err(Error::invalid_file("config.json", "num_heads and num_layers must be at least 1"));
     }
-    let inner = cfg.num_heads * cfg.d_kv;
+    let inner = cfg.num_heads.checked_mul(cfg.d_kv).ok_or_else(|| {
+        Error::invalid_file(
+            "config.json",
+            format!("num_heads {} times d_kv {} overflows", cfg.num_heads, cfg.d_kv),
+        )
+    })?;
+    check_eps("layer_norm_epsilon", cfg.layer_norm_epsilon)?;
+    check_buckets(cfg.relative_attention_num_buckets, cfg.relative_attention_max_distance)?;
     let (d, ff) = (cfg.d_model, cfg.d_ff);
     let lin = |vb: VarBuilder, i: usize, o: usize| candle_nn::linear_no_bias(i, o, vb);
     let load = || -> candle_core::Result<Model> {
