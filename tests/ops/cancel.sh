@@ -11,25 +11,19 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 INPUTS="${1:-10000}"
 step "cancel: pg_cancel_backend of embed(model, text[]) over $INPUTS inputs"
 out="$(mktemp)"
-trap 'rm -f "$out"' EXIT
+trap 'rm -f "$out" "$out.sql"' EXIT
 
-(
-    q -At -v inputs="$INPUTS" <<'SQL' >"$out" 2>&1 || true
+start_session "$out" <<SQL
 \set ON_ERROR_STOP 0
 \set VERBOSITY sqlstate
-SELECT 'pid ' || pg_backend_pid();
 SELECT 'before ' || md5(embed(:'model', 'the same sentence before and after')::text);
 SELECT 'started';
 SELECT count(*) FROM embed(:'model', (SELECT array_agg('sentence number ' || i || ' of a batch that is cancelled half-way')
-                                       FROM generate_series(1, :inputs) AS i));
+                                       FROM generate_series(1, $INPUTS) AS i));
 SELECT 'after ' || md5(embed(:'model', 'the same sentence before and after')::text);
 SQL
-) &
-client=$!
-
+pid=$SESSION_PID
 for _ in $(seq 1 600); do grep -q '^started' "$out" && break; sleep 0.05; done
-pid="$(sed -n 's/^pid //p' "$out")"
-[ -n "$pid" ] || fail "the client did not start: $(cat "$out")"
 sleep 1
 busy="SELECT count(*) FROM pg_stat_activity WHERE pid = $pid AND state = 'active' AND query LIKE '%generate_series%'"
 expect_eq "the batch is running after 1 s" 1 "$(q1 "$busy")"
@@ -37,9 +31,9 @@ t0=$EPOCHREALTIME
 expect_eq "pg_cancel_backend" t "$(q1 "SELECT pg_cancel_backend($pid)")"
 while [ "$(q1 "$busy")" = 1 ]; do sleep 0.01; done
 t1=$EPOCHREALTIME
-wait "$client"
+wait "$SESSION_JOB"
 
-expect_eq "the batch failed with" 57014 "$(grep -o '^ERROR:  [0-9A-Z]*' "$out" | awk '{ print $2 }')"
+expect_eq "the batch failed with" 57014 "$(grep -o 'ERROR:  [0-9A-Z]*' "$out" | awk '{ print $2 }')"
 [ "$(grep -c '^[0-9]' "$out")" = 0 ] || fail "the batch returned a count: $(cat "$out")"
 before="$(sed -n 's/^before //p' "$out")"
 expect_eq "the session embeds the same vector after the cancel" "$before" "$(sed -n 's/^after //p' "$out")"

@@ -21,30 +21,24 @@ step "crash: kill -9 during trigger-driven INSERTs and during a backfill"
 log_before="$(wc -l <"$PG_LOG")"
 killed=()
 out="$(mktemp)"
-trap 'rm -f "$out"' EXIT
+trap 'rm -f "$out" "$out.sql"' EXIT
 
 # run_and_kill SQL WHEN: runs SQL in a new session, waits until the query WHEN returns 't'
 # (polled from another session), kills the first session's backend with SIGKILL and waits
 # for the server to recover.
 run_and_kill() {
-    local sql="$1" when="$2" pid client
-    (
-        q -At <<SQL >"$out" 2>&1 || true
-SELECT 'pid ' || pg_backend_pid();
+    local sql="$1" when="$2" pid
+    start_session "$out" <<SQL
 $sql
 SELECT 'finished';
 SQL
-    ) &
-    client=$!
-    for _ in $(seq 1 600); do grep -q '^pid ' "$out" && break; sleep 0.05; done
-    pid="$(sed -n 's/^pid //p' "$out")"
-    [ -n "$pid" ] || fail "the session did not start: $(cat "$out")"
+    pid=$SESSION_PID
     wait_until "$when"
     expect_eq "the statement is still running before the kill" active \
         "$(q1 "SELECT state FROM pg_stat_activity WHERE pid = $pid")"
     kill -9 "$pid"
     killed+=("$pid")
-    wait "$client" || true
+    wait "$SESSION_JOB" || true
     grep -q '^finished' "$out" && fail "the killed statement finished: $(cat "$out")"
     grep -q 'server closed the connection unexpectedly' "$out" \
         || fail "the session did not lose its connection: $(cat "$out")"
@@ -56,18 +50,18 @@ SQL
 
 q <<SQL
 SET client_min_messages = warning;
-DROP TABLE IF EXISTS ops_crash_corpus, ops_crash_row, ops_crash_stmt, ops_crash_fill, ops_crash_writes;
+DROP TABLE IF EXISTS ops_crash_corpus, ops_crash_row, ops_crash_statement, ops_crash_fill, ops_crash_writes;
 CREATE TABLE ops_crash_corpus (n int PRIMARY KEY GENERATED ALWAYS AS IDENTITY, body text NOT NULL);
 \copy ops_crash_corpus (body) FROM '$CORPUS'
 CREATE TABLE ops_crash_row (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, body text, emb vector(:dim));
 CREATE TRIGGER embed_row BEFORE INSERT OR UPDATE ON ops_crash_row
     FOR EACH ROW EXECUTE FUNCTION embed.embed_trigger(:'model', 'body', 'emb');
-CREATE TABLE ops_crash_stmt (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, body text, emb vector(:dim));
-CREATE TRIGGER embed_stmt AFTER INSERT ON ops_crash_stmt REFERENCING NEW TABLE AS new_rows
+CREATE TABLE ops_crash_statement (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, body text, emb vector(:dim));
+CREATE TRIGGER embed_stmt AFTER INSERT ON ops_crash_statement REFERENCING NEW TABLE AS new_rows
     FOR EACH STATEMENT EXECUTE FUNCTION embed.embed_trigger(:'model', 'body', 'emb');
 -- Committed before the kills.
 INSERT INTO ops_crash_row (body) SELECT body FROM ops_crash_corpus WHERE n <= 20;
-INSERT INTO ops_crash_stmt (body) SELECT body FROM ops_crash_corpus WHERE n <= 20;
+INSERT INTO ops_crash_statement (body) SELECT body FROM ops_crash_corpus WHERE n <= 20;
 -- The backfill's table, and a count of the writes of each row's vector.
 CREATE TABLE ops_crash_fill (id int PRIMARY KEY, body text, emb vector(:dim));
 INSERT INTO ops_crash_fill SELECT n, body FROM ops_crash_corpus WHERE n <= $BACKFILL;
@@ -81,28 +75,24 @@ SQL
 # A statement that has been running for a while (the embedding is under way by then).
 running_for() { echo "SELECT count(*) = 1 FROM pg_stat_activity WHERE query LIKE '%$1%' AND state = 'active' AND query NOT LIKE '%pg_stat_activity%' AND now() - query_start > interval '$2'"; }
 
-# ---- 1. row-level trigger ------------------------------------------------------------------
-info "1. kill -9 during INSERT of $ROWS rows through the row-level trigger"
-run_and_kill "INSERT INTO ops_crash_row (body) SELECT body FROM ops_crash_corpus WHERE n > 20 AND n <= 20 + $ROWS;" \
-    "$(running_for 'INSERT INTO ops_crash_row' '1.5 s')"
-expect_eq "rows visible after the crash (the 20 committed before)" 20 "$(q1 "SELECT count(*) FROM ops_crash_row")"
-expect_eq "committed rows without a vector" 0 "$(q1 "SELECT count(*) FROM ops_crash_row WHERE emb IS NULL")"
-expect_eq "committed rows whose vector differs from a fresh embed()" 0 "$(count_wrong_vectors ops_crash_row emb)"
+# ---- 1, 2. row-level and statement-level triggers --------------------------------------------
+for level in row statement; do
+    table="ops_crash_$level"
+    info "kill -9 during INSERT of $ROWS rows through the $level-level trigger"
+    run_and_kill "INSERT INTO $table (body) SELECT body FROM ops_crash_corpus WHERE n > 20 AND n <= 20 + $ROWS;" \
+        "$(running_for "INSERT INTO $table" '1.5 s')"
+    expect_eq "rows visible after the crash (the 20 committed before)" 20 "$(q1 "SELECT count(*) FROM $table")"
+    expect_eq "visible rows without a vector (half-written)" 0 "$(q1 "SELECT count(*) FROM $table WHERE emb IS NULL")"
+    expect_eq "committed rows whose vector differs from a fresh embed()" 0 "$(count_wrong_vectors "$table" emb)"
+    # The table takes writes through its trigger again.
+    q -c "INSERT INTO $table (body) VALUES ('written after the crash')"
+    expect_eq "rows with a vector after an INSERT after the recovery" 21 \
+        "$(q1 "SELECT count(*) FROM $table WHERE emb IS NOT NULL")"
+    expect_eq "rows whose vector differs from a fresh embed()" 0 "$(count_wrong_vectors "$table" emb)"
+done
 
-# ---- 2. statement-level trigger --------------------------------------------------------------
-info "2. kill -9 during INSERT of $ROWS rows through the statement-level trigger (in its batch)"
-run_and_kill "INSERT INTO ops_crash_stmt (body) SELECT body FROM ops_crash_corpus WHERE n > 20 AND n <= 20 + $ROWS;" \
-    "$(running_for 'INSERT INTO ops_crash_stmt' '1.5 s')"
-expect_eq "rows visible after the crash (the 20 committed before)" 20 "$(q1 "SELECT count(*) FROM ops_crash_stmt")"
-expect_eq "visible rows without a vector (half-written)" 0 "$(q1 "SELECT count(*) FROM ops_crash_stmt WHERE emb IS NULL")"
-expect_eq "committed rows whose vector differs from a fresh embed()" 0 "$(count_wrong_vectors ops_crash_stmt emb)"
-# The table takes writes again, through the trigger.
-q -c "INSERT INTO ops_crash_stmt (body) VALUES ('written after the crash')"
-expect_eq "a new row after recovery has its vector" 0 "$(count_wrong_vectors ops_crash_stmt emb)"
-expect_eq "rows after recovery" 21 "$(q1 "SELECT count(*) FROM ops_crash_stmt WHERE emb IS NOT NULL")"
-
-# ---- 3. backfill -----------------------------------------------------------------------------
-info "3. kill -9 during CALL embed.backfill of $BACKFILL rows (batches of 16)"
+# ---- 3. backfill ------------------------------------------------------------------------------
+info "kill -9 during CALL embed.backfill of $BACKFILL rows (batches of 16)"
 run_and_kill "CALL embed.backfill('ops_crash_fill', 'body', 'emb', :'model', 16);" \
     "SELECT coalesce(max(rows_done) >= 64, false) FROM embed.backfill_runs WHERE relid = 'ops_crash_fill'::regclass"
 filled="$(q1 "SELECT count(*) FROM ops_crash_fill WHERE emb IS NOT NULL")"
@@ -130,5 +120,5 @@ expected="$(for p in "${killed[@]}"; do echo "PID $p signal 9"; done | sort)"
 seen="$(sed -n 's/.*(PID \([0-9]*\)) was terminated by signal \([0-9]*\).*/PID \1 signal \2/p' <<<"$signalled" | sort)"
 expect_eq "processes terminated by a signal (only the killed backends, by SIGKILL)" \
     "$(tr '\n' ' ' <<<"$expected")" "$(tr '\n' ' ' <<<"$seen")"
-q -c "DROP TABLE ops_crash_corpus, ops_crash_row, ops_crash_stmt, ops_crash_fill, ops_crash_writes" \
+q -c "DROP TABLE ops_crash_corpus, ops_crash_row, ops_crash_statement, ops_crash_fill, ops_crash_writes" \
   -c "DROP FUNCTION ops_crash_count_write()"

@@ -61,6 +61,19 @@ count_wrong_vectors() {
             FROM unnest($2::real[], embed('$MODEL', body)) AS t(a, b))"
 }
 
+# start_session OUT: runs the SQL on stdin in a new session, in the background, with its
+# output in OUT; returns once the session is connected. Sets SESSION_PID (its backend's
+# pid) and SESSION_JOB (the background job, to wait for).
+start_session() {
+    local out="$1"
+    { echo "SELECT 'pid ' || pg_backend_pid();"; cat; } >"$out.sql"
+    ( q -At -f "$out.sql" >"$out" 2>&1 || true ) &
+    SESSION_JOB=$!
+    for _ in $(seq 1 600); do grep -q '^pid ' "$out" && break; sleep 0.05; done
+    SESSION_PID="$(sed -n 's/^pid //p' "$out")"
+    [ -n "$SESSION_PID" ] || fail "the session did not start: $(cat "$out")"
+}
+
 # Milliseconds between two $EPOCHREALTIME readings.
 ms_between() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.0f", (b - a) * 1000 }'; }
 
