@@ -15,8 +15,8 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-ROWS="${1:-1000}"
-BACKFILL="${2:-640}"
+ROWS="${1:-1900}"
+BACKFILL="${2:-1000}"
 step "crash: kill -9 during trigger-driven INSERTs and during a backfill"
 log_before="$(wc -l <"$PG_LOG")"
 killed=()
@@ -80,7 +80,7 @@ for level in row statement; do
     table="ops_crash_$level"
     info "kill -9 during INSERT of $ROWS rows through the $level-level trigger"
     run_and_kill "INSERT INTO $table (body) SELECT body FROM ops_crash_corpus WHERE n > 20 AND n <= 20 + $ROWS;" \
-        "$(running_for "INSERT INTO $table" '1.5 s')"
+        "$(running_for "INSERT INTO $table" '1 s')"
     expect_eq "rows visible after the crash (the 20 committed before)" 20 "$(q1 "SELECT count(*) FROM $table")"
     expect_eq "visible rows without a vector (half-written)" 0 "$(q1 "SELECT count(*) FROM $table WHERE emb IS NULL")"
     expect_eq "committed rows whose vector differs from a fresh embed()" 0 "$(count_wrong_vectors "$table" emb)"
