@@ -39,9 +39,10 @@ SQL
 
 log_before="$(wc -l <"$PG_LOG")"
 rss_of_clients() {
-    local p
+    local p kb
     for p in $(q1 "SELECT pid FROM pg_stat_activity WHERE application_name = 'pgbench'"); do
-        awk '/^RssAnon:/ { printf "%.0f ", $2 / 1024 }' "/proc/$p/status" 2>/dev/null || true
+        kb="$(rss_anon_kb "$p" 2>/dev/null || true)"
+        if [ -n "$kb" ]; then printf '%s ' "$(( (kb + 512) / 1024 ))"; fi
     done
 }
 
