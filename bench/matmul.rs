@@ -7,7 +7,7 @@
 
 use std::time::Instant;
 
-use pg_embed::matmul::PackedWeight;
+use pg_embed_core::matmul::PackedWeight;
 
 fn main() {
     let threads: usize = std::env::args().nth(1).and_then(|t| t.parse().ok()).unwrap_or(2);
@@ -33,12 +33,12 @@ fn main() {
                 flops * reps as f64 / t0.elapsed().as_secs_f64() / 1e9
             };
             let run = |f: &mut (dyn FnMut() + Send)| pool.install(|| time(f));
-            let p = if pg_embed::matmul::available() {
+            let p = if pg_embed_core::matmul::available() {
                 run(&mut || packed.product(&x, None, None, None, &mut out, par))
             } else {
                 f64::NAN
             };
-            let g = run(&mut || pg_embed::kernels::torch_product(&x, &w, &mut out, n, k, par));
+            let g = run(&mut || pg_embed_core::kernels::torch_product(&x, &w, &mut out, n, k, par));
             println!("{rows:>5} {n:>5} {k:>5} {par:>8} {p:>12.1} {g:>12.1}");
         }
     }

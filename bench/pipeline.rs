@@ -7,8 +7,8 @@
 use std::path::Path;
 use std::time::Instant;
 
-use pg_embed::options::Options;
-use pg_embed::pipeline::Pipeline;
+use pg_embed_core::options::Options;
+use pg_embed_core::pipeline::Pipeline;
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((p * (sorted.len() - 1) as f64).round() as usize).min(sorted.len() - 1)]

@@ -82,7 +82,7 @@ SQL
 } | psql_b -v model="$MODEL_NAME" -v threads="$THREADS")"
 
 step "pg_embed pipeline from Rust ($THREADS threads) and the FMA peak"
-rust_json="$(cd "$REPO" && cargo run -q --release --example bench_pipeline -- \
+rust_json="$(cd "$REPO" && cargo run -q --release -p pg_embed_core --example bench_pipeline -- \
     "$REPO/models/all-MiniLM-L6-v2" "$CORPUS" "$THREADS")"
 
 step "baselines ($THREADS threads)"

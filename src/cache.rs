@@ -7,12 +7,12 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 use crate::catalog;
-use crate::error::{Error, Result};
+use pg_embed_core::error::{Error, Result};
 use crate::guc;
-use crate::hub::{self, HubSource, Pin};
-use crate::options::Options;
-use crate::pipeline::Pipeline;
-use crate::source;
+use pg_embed_core::hub::{self, HubSource, Pin};
+use pg_embed_core::options::Options;
+use pg_embed_core::pipeline::Pipeline;
+use pg_embed_core::source;
 
 struct Entry {
     revision: i64,
@@ -177,7 +177,7 @@ fn check_size(source_name: &str, dir: &std::path::Path) -> Result<()> {
     let Some(limit_mb) = guc::max_model_size_mb() else {
         return Ok(());
     };
-    let mb = crate::pipeline::weight_bytes(dir)?.div_ceil(1 << 20);
+    let mb = pg_embed_core::pipeline::weight_bytes(dir)?.div_ceil(1 << 20);
     if mb > limit_mb {
         return Err(Error::ModelTooLarge { source_name: source_name.into(), mb, limit_mb });
     }

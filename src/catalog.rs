@@ -3,9 +3,9 @@
 use pgrx::prelude::*;
 use pgrx::JsonB;
 
-use crate::error::{Error, Result};
-use crate::hub::Pin;
-use crate::pipeline::PipelineInfo;
+use pg_embed_core::error::{Error, Result};
+use pg_embed_core::hub::Pin;
+use pg_embed_core::pipeline::PipelineInfo;
 
 pub struct ModelRow {
     pub source: String,

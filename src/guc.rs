@@ -121,7 +121,7 @@ pub fn preload() -> Vec<String> {
 pub fn threads() -> usize {
     match THREADS.get() {
         n if n > 0 => n as usize,
-        _ => crate::threads::available(),
+        _ => pg_embed_core::threads::available(),
     }
 }
 

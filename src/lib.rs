@@ -1,9 +1,9 @@
 //! pg_embed: transformer models inside PostgreSQL.
 //!
-//! Layout: `sql`, `guc`, `catalog` and `cache` are the pgrx edge; `pipeline`, `models`,
-//! `pooling`, `heads`, `classifier`, `kernels`, `st`, `options`, `source`, `hub`, `chunk`,
-//! `threads` and `error` are plain Rust; `sql/*.sql` holds the SQL-level parts (catalog,
-//! triggers, backfill).
+//! This crate is the SQL edge only: `sql` (the functions), `guc` (settings), `catalog`
+//! (embed.models) and `cache` (this backend's loaded pipelines). Everything that runs a
+//! model is in the pgrx-free crate `pg_embed_core` (crates/pg_embed_core); `sql/*.sql`
+//! holds the SQL-level parts (catalog, triggers, backfill).
 
 ::pgrx::pg_module_magic!(name, version);
 
@@ -12,28 +12,8 @@ pgrx::extension_sql_file!("../sql/workflow.sql", name = "workflow", finalize);
 
 mod cache;
 mod catalog;
-pub mod chunk;
-pub mod classifier;
-pub mod error;
 mod guc;
-pub mod heads;
-pub mod hub;
-pub mod kernels;
-pub mod matmul;
-pub mod models;
-pub mod options;
-pub mod pipeline;
-pub mod pooling;
-mod source;
 mod sql;
-pub mod st;
-pub mod threads;
-
-#[cfg(test)]
-mod parity;
-
-#[cfg(test)]
-mod fuzz_models;
 
 #[pgrx::pg_guard]
 pub extern "C-unwind" fn _PG_init() {

@@ -5,10 +5,10 @@ use pgrx::prelude::*;
 use pgrx::JsonB;
 
 use crate::cache;
-use crate::error::{Error, Result, SqlState};
+use pg_embed_core::error::{Error, Result, SqlState};
 use crate::guc;
-use crate::pipeline::Pipeline;
-use crate::threads;
+use pg_embed_core::pipeline::Pipeline;
+use pg_embed_core::threads;
 
 fn sqlerrcode(state: SqlState) -> PgSqlErrorCode {
     use PgSqlErrorCode::*;
@@ -179,7 +179,7 @@ fn rerank(
         .enumerate()
         .map(|(i, l)| {
             let s = l[0];
-            (i as i32 + 1, if classifier.rerank_sigmoid { crate::classifier::sigmoid(s) } else { s })
+            (i as i32 + 1, if classifier.rerank_sigmoid { pg_embed_core::classifier::sigmoid(s) } else { s })
         })
         .collect();
     scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
@@ -214,8 +214,8 @@ fn panic_for_test(place: &str) -> i32 {
 mod embed {
     use super::*;
     use crate::catalog;
-    use crate::hub::Pin;
-    use crate::options::Options;
+    use pg_embed_core::hub::Pin;
+    use pg_embed_core::options::Options;
 
     fn require_admin(action: &'static str) -> Result<()> {
         if catalog::is_admin() {

@@ -27,9 +27,9 @@ use candle_core::{DType, Device, Tensor};
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
-use crate::error::Error;
-use crate::options::Options;
-use crate::pipeline::Pipeline;
+use pg_embed_core::error::Error;
+use pg_embed_core::options::Options;
+use pg_embed_core::pipeline::Pipeline;
 
 /// The largest single allocation a case may make. Tiny models need a few megabytes; the
 /// tokenizer, candle and rayon never ask for more than this for them.
@@ -137,7 +137,7 @@ fn guarded<T: Send + 'static>(case: &str, work: impl FnOnce() -> T + Send + 'sta
 }
 
 fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).join("tests/fixtures")
 }
 
 /// A fresh, empty directory under the system's temp dir, removed when dropped.
@@ -232,7 +232,7 @@ struct Embedded {
 
 /// Loads `dir` with `options` and embeds `texts` three ways: in one call, in small
 /// length-grouped batches on two threads, and one at a time.
-fn load_and_embed(dir: &Path, options: &Options, texts: &[String]) -> crate::error::Result<Embedded> {
+fn load_and_embed(dir: &Path, options: &Options, texts: &[String]) -> pg_embed_core::error::Result<Embedded> {
     let p = Pipeline::load(dir, options)?;
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let together = p.embed(&refs)?;
@@ -762,7 +762,7 @@ fn edit_json(path: &Path, field: usize, value: &Value) -> String {
 
 /// Every file under `dir`, as paths relative to it, sorted.
 fn files(dir: &Path) -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = crate::st::files_under(dir, |_| Ok(()))
+    let mut out: Vec<PathBuf> = pg_embed_core::st::files_under(dir, |_| Ok(()))
         .unwrap()
         .into_iter()
         .map(|p| p.strip_prefix(dir).unwrap().to_path_buf())
@@ -981,7 +981,7 @@ fn changed(
     name: &str,
     edit: impl FnOnce(&mut Value),
     weights: impl FnOnce(&mut HashMap<String, Tensor>),
-) -> crate::error::Result<Embedded> {
+) -> pg_embed_core::error::Result<Embedded> {
     let tmp = TempDir::new("regression");
     copy_dir(&fixtures().join("backbones").join(name), &tmp.0);
     let config_path = tmp.0.join("config.json");
@@ -996,12 +996,12 @@ fn changed(
 }
 
 /// The fixture with one config value set.
-fn with_config(name: &str, pointer: &str, value: Value) -> crate::error::Result<Embedded> {
+fn with_config(name: &str, pointer: &str, value: Value) -> pg_embed_core::error::Result<Embedded> {
     changed(name, |c| *c.pointer_mut(pointer).unwrap() = value, |_| {})
 }
 
 /// The message of a load that must fail.
-fn refused(result: crate::error::Result<Embedded>) -> String {
+fn refused(result: pg_embed_core::error::Result<Embedded>) -> String {
     match result {
         Ok(e) => panic!("loaded (dim {}), expected an error", e.dim),
         Err(e) => e.to_string(),
@@ -1038,7 +1038,7 @@ fn huge_position_counts_are_refused_before_allocating() {
     }
     let e = with_config("modernbert", "/max_position_embeddings", json!(1u64 << 40)).err().unwrap();
     assert_eq!(e.hint().unwrap(), "Supported: at most 131072.");
-    assert_eq!(crate::models::encoder::MAX_POSITIONS, 131072);
+    assert_eq!(pg_embed_core::models::encoder::MAX_POSITIONS, 131072);
     // Within the limit, a ModernBERT config may name more positions than it was trained for.
     assert!(with_config("modernbert", "/max_position_embeddings", json!(4096)).is_ok());
 }

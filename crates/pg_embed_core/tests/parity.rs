@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::options::Options;
-use crate::pipeline::Pipeline;
+use pg_embed_core::options::Options;
+use pg_embed_core::pipeline::Pipeline;
 
 #[derive(Deserialize)]
 struct Golden {
@@ -57,7 +57,7 @@ const ABS_TOL: f32 = 1e-4;
 const FIXTURE_ABS_TOL: f32 = 2e-5;
 
 fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
 }
 
 fn golden() -> Golden {
@@ -95,7 +95,7 @@ fn minilm_pipeline_is_resolved_from_its_files() {
     assert_eq!(info.architecture, "bert");
     assert_eq!(info.dim, g.dim);
     assert_eq!(info.max_length, g.max_seq_length, "sentence_bert_config.json, not tokenizer.json's 128");
-    assert_eq!(info.pooling, vec![crate::pooling::PoolingMode::Mean]);
+    assert_eq!(info.pooling, vec![pg_embed_core::pooling::PoolingMode::Mean]);
     assert!(info.normalize, "modules.json names a Normalize module");
 }
 
@@ -162,7 +162,7 @@ fn length_grouped_batches_equal_one_by_one() {
     }
     // A cancel between batches stops the work with its error.
     let err = p
-        .embed_batched(&texts, 1, 1, || Err(crate::error::Error::Inference("cancelled".into())))
+        .embed_batched(&texts, 1, 1, || Err(pg_embed_core::error::Error::Inference("cancelled".into())))
         .unwrap_err();
     assert_eq!(err.to_string(), "inference failed: cancelled");
 }
@@ -185,7 +185,7 @@ fn load_edited(
     src: &Path,
     tag: &str,
     edit: impl FnOnce(&mut serde_json::Value),
-) -> crate::error::Result<Pipeline> {
+) -> pg_embed_core::error::Result<Pipeline> {
     let dir = std::env::temp_dir().join(format!("pg_embed_edited_{tag}_{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -336,7 +336,7 @@ fn an_unknown_dense_activation_is_named() {
 
 #[test]
 fn modes_concatenate_in_the_order_listed() {
-    use crate::pooling::PoolingMode::*;
+    use pg_embed_core::pooling::PoolingMode::*;
     assert_eq!(fixture("pool_concat3").info().pooling, vec![Mean, Cls, Max]);
     assert_eq!(fixture("pool_concat3").dim(), 96);
     // The same order from options reproduces the fixture's vectors.
@@ -405,7 +405,7 @@ fn a_default_prompt_from_options_and_prompts_added_by_options() {
 fn unknown_prompt_names_are_errors() {
     let p = fixture("prompts");
     let err = p.embed_with_prompt(&["x"], Some("qeury")).unwrap_err();
-    assert!(matches!(err, crate::error::Error::UnknownPrompt { .. }), "{err}");
+    assert!(matches!(err, pg_embed_core::error::Error::UnknownPrompt { .. }), "{err}");
     assert_eq!(err.to_string(), "unknown prompt name \"qeury\"");
     assert!(err.hint().unwrap().contains("document, passage, query"), "{:?}", err.hint());
     let err = Pipeline::load(
@@ -438,7 +438,7 @@ fn dimensions_truncate_as_truncate_dim() {
 #[test]
 fn a_plain_backbone_gets_mean_pooling_and_its_pooler_on_request() {
     let p = fixture("hf_plain");
-    assert_eq!(p.info().pooling, vec![crate::pooling::PoolingMode::Mean]);
+    assert_eq!(p.info().pooling, vec![pg_embed_core::pooling::PoolingMode::Mean]);
     assert!(p.info().pooling_from.starts_with("default"), "{}", p.info().pooling_from);
     assert_eq!(p.info().max_length, 128);
     check_cases("hf_plain", &p, "embedding", None);
@@ -484,7 +484,7 @@ fn user_supplied_heads_match_sentence_transformers_dense_modules() {
 /// Every bad option is a load error that names the offending value.
 #[test]
 fn bad_options_are_named() {
-    use crate::error::Error;
+    use pg_embed_core::error::Error;
     let load = |name: &str, options: serde_json::Value| -> String {
         let options = Options::from_json(&options).unwrap();
         match Pipeline::load(&root().join("tests/fixtures").join(name), &options) {
@@ -564,7 +564,7 @@ fn pooler_needs_a_checkpoint_that_carries_one() {
     for f in ["config.json", "tokenizer.json", "tokenizer_config.json"] {
         std::fs::copy(src.join(f), dir.join(f)).unwrap();
     }
-    let mut tensors = crate::pipeline::read_safetensors(&src.join("model.safetensors")).unwrap();
+    let mut tensors = pg_embed_core::pipeline::read_safetensors(&src.join("model.safetensors")).unwrap();
     tensors.retain(|name, _| !name.starts_with("pooler."));
     candle_core::safetensors::save(&tensors, dir.join("model.safetensors")).unwrap();
     let options = Options::from_json(&serde_json::json!({"pooling": "pooler"})).unwrap();
@@ -613,7 +613,7 @@ mod classify {
         serde_json::from_slice(&std::fs::read(&path).unwrap()).expect("classify golden parses")
     }
 
-    fn load(name: &str, options: serde_json::Value) -> crate::error::Result<Pipeline> {
+    fn load(name: &str, options: serde_json::Value) -> pg_embed_core::error::Result<Pipeline> {
         Pipeline::load(
             &root().join("tests/fixtures/classify").join(name),
             &Options::from_json(&options).unwrap(),
@@ -633,7 +633,7 @@ mod classify {
         let mut covered: Vec<&str> = g.fixtures.values().map(|f| f.architecture.as_str()).collect();
         covered.sort();
         covered.dedup();
-        let supported: Vec<&str> = crate::classifier::SUPPORTED.split(", ").collect();
+        let supported: Vec<&str> = pg_embed_core::classifier::SUPPORTED.split(", ").collect();
         assert_eq!(covered, supported);
     }
 
@@ -681,7 +681,7 @@ mod classify {
 
     #[test]
     fn labels_problem_types_and_scores() {
-        use crate::classifier::Problem;
+        use pg_embed_core::classifier::Problem;
         let g = golden();
         let expect = [
             (
@@ -756,7 +756,7 @@ mod classify {
             let logits = p.classify(&inputs).unwrap();
             let mut worst = 0f32;
             for ((l, want), doc) in logits.iter().zip(&r.scores).zip(&r.documents) {
-                let got = crate::classifier::sigmoid(l[0]);
+                let got = pg_embed_core::classifier::sigmoid(l[0]);
                 assert!((got - want).abs() <= 1e-5, "{name} {doc:?}: {got} vs {want}");
                 worst = worst.max((got - want).abs());
             }
@@ -766,7 +766,7 @@ mod classify {
 
     #[test]
     fn task_checks() {
-        use crate::error::Error;
+        use pg_embed_core::error::Error;
         let p = load("bert_single_label", serde_json::json!({})).unwrap();
         let e = p.embed(&["x"]).unwrap_err();
         assert!(
@@ -794,7 +794,7 @@ mod classify {
     }
 
     /// A copy of bert_single_label with its config.json edited.
-    fn edited(tag: &str, edit: impl FnOnce(&mut serde_json::Value)) -> crate::error::Result<Pipeline> {
+    fn edited(tag: &str, edit: impl FnOnce(&mut serde_json::Value)) -> pg_embed_core::error::Result<Pipeline> {
         load_edited(&root().join("tests/fixtures/classify/bert_single_label"), tag, edit)
     }
 
@@ -848,7 +848,7 @@ fn pair_without_a_pair_template() {
     let p = loaded.unwrap();
     assert!(p.classify(&[("one", None)]).is_ok(), "single inputs still work");
     let err = p.classify(&[("one", Some("two"))]).unwrap_err();
-    assert!(matches!(err, crate::error::Error::NoPairTemplate), "{err:?}");
+    assert!(matches!(err, pg_embed_core::error::Error::NoPairTemplate), "{err:?}");
 }
 
 /// Every backbone against transformers: tiny random checkpoints from
@@ -897,7 +897,7 @@ mod backbones {
     }
 
     /// A copy of backbone fixture `name` with config.json edited, loaded.
-    fn edited(name: &str, edit: impl FnOnce(&mut serde_json::Value)) -> crate::error::Result<Pipeline> {
+    fn edited(name: &str, edit: impl FnOnce(&mut serde_json::Value)) -> pg_embed_core::error::Result<Pipeline> {
         load_edited(&root().join("tests/fixtures/backbones").join(name), name, edit)
     }
 
@@ -905,7 +905,7 @@ mod backbones {
     /// value, never silently different numbers.
     #[test]
     fn unimplemented_settings_are_named() {
-        use crate::error::Error;
+        use pg_embed_core::error::Error;
         let cases: [(&str, &str, serde_json::Value, &str); 6] = [
             ("nomic_bert_hub", "prenorm", true.into(), "prenorm"),
             ("nomic_bert_hub", "rotary_emb_fraction", 0.5.into(), "rotary_emb_fraction"),

@@ -878,7 +878,7 @@ fn safetensors_f32_bytes(path: &Path) -> Result<u64> {
 
 /// Reads a safetensors file into memory as f32 tensors (no mmap: a file changed under a
 /// mapping would crash the backend).
-pub(crate) fn read_safetensors(path: &Path) -> Result<HashMap<String, Tensor>> {
+pub fn read_safetensors(path: &Path) -> Result<HashMap<String, Tensor>> {
     let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
     let tensors = candle_core::safetensors::load_buffer(&bytes, &Device::Cpu)
         .map_err(|e| Error::invalid_file(path, e))?;
@@ -904,7 +904,7 @@ mod tests {
 
     #[test]
     fn weight_bytes_read_from_headers() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models/all-MiniLM-L6-v2");
+        let dir = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).join("models/all-MiniLM-L6-v2");
         let bytes = super::weight_bytes(&dir).unwrap();
         // 22,713,216 parameters of the backbone (as transformers counts them) plus the
         // position ids buffer stored in this checkpoint, 4 bytes each.
@@ -973,7 +973,7 @@ mod properties {
             dimensions in proptest::option::of(1usize..16),
             budget in 1usize..200,
         ) {
-            let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pool_mean");
+            let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).join("tests/fixtures/pool_mean");
             let options = Options::from_json(&serde_json::json!({
                 "pooling": modes, "normalize": normalize, "max_length": max_length, "dimensions": dimensions,
             })).unwrap();
@@ -996,7 +996,7 @@ mod properties {
             max_tokens in 1usize..20,
             overlap in 0usize..20,
         ) {
-            let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pool_mean");
+            let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).join("tests/fixtures/pool_mean");
             let p = Pipeline::load(&dir, &Options::default()).unwrap();
             match p.chunk(&t, max_tokens, overlap) {
                 Err(e) => prop_assert!(overlap >= max_tokens, "{}", e),
@@ -1023,7 +1023,7 @@ mod load_errors {
     use std::fs;
 
     fn minilm_dir() -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("models/all-MiniLM-L6-v2")
+        Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).join("models/all-MiniLM-L6-v2")
     }
 
     /// A copy of all-MiniLM-L6-v2 (weights linked, not copied) changed by `edit`.

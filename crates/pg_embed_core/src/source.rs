@@ -68,7 +68,8 @@ fn outside(source: &str) -> Error {
 pub fn resolve_file(root: &Path, base: &Path, name: &str, what: &'static str) -> Result<PathBuf> {
     let refuse = || Error::SourceOutsideModelDir { what, source_name: name.into() };
     let root = root.canonicalize().map_err(|e| Error::io(root, e))?;
-    let candidate = base.join(name);
+    // Compared with the canonical root, so the base is made canonical too.
+    let candidate = base.canonicalize().unwrap_or_else(|_| base.to_path_buf()).join(name);
     let resolved = match candidate.canonicalize() {
         Ok(p) => p,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {

@@ -1,0 +1,19 @@
+//! pg_embed's inference core, with no pgrx: model sources and the hub cache, weight I/O,
+//! the kernels, the architectures, pooling, heads and the pipeline that joins them. The
+//! extension crate at the repository root is the SQL edge over this crate; everything here
+//! is tested with plain `cargo test -p pg_embed_core`.
+
+pub mod chunk;
+pub mod classifier;
+pub mod error;
+pub mod heads;
+pub mod hub;
+pub mod kernels;
+pub mod matmul;
+pub mod models;
+pub mod options;
+pub mod pipeline;
+pub mod pooling;
+pub mod source;
+pub mod st;
+pub mod threads;
