@@ -555,6 +555,26 @@ def crate_paths(root: Path, cargo: dict) -> tuple[dict[str, str], list[str]]:
                 problems.append(f"{_rel(root, rs)}: {m.group(1)}!(\"{m.group(2)}\") is outside the repo")
                 continue
             need.setdefault(rel, f"{m.group(1)}! in {_rel(root, rs)}")
+    # Workspace members and path dependencies: their manifests, libraries and targets,
+    # relative to the repo root.
+    members = list(cargo.get("workspace", {}).get("members", []))
+    for table in ("dependencies", "dev-dependencies", "build-dependencies"):
+        for dep in cargo.get(table, {}).values():
+            if isinstance(dep, dict) and isinstance(dep.get("path"), str):
+                members.append(dep["path"])
+    for member in sorted({os.path.normpath(m) for m in members} - {"."}):
+        manifest = root / member / "Cargo.toml"
+        if not manifest.exists():
+            problems.append(f"workspace member or path dependency {member!r} has no Cargo.toml")
+            continue
+        sub = tomllib.loads(manifest.read_text())
+        need[f"{member}/Cargo.toml"] = f"the manifest of {member}"
+        need[f"{member}/{sub.get('lib', {}).get('path', 'src/lib.rs')}"] = f"[lib] of {member}"
+        need[f"{member}/src"] = f"the sources of {member}"
+        for kind, default in defaults.items():
+            for target in sub.get(kind, []):
+                path = target.get("path") or default.format(target.get("name", "?"))
+                need[os.path.normpath(f"{member}/{path}")] = f"[[{kind}]] {target.get('name', '?')} of {member}"
     return {os.path.normpath(k): v for k, v in need.items()}, problems
 
 

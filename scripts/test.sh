@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # `make test`: every test of pg_embed.
 #   0. scripts/check_docker_test.py: docker/ checked statically (and the check itself tested)
-#   1. cargo pgrx test pg18   (#[pg_test] in a throw-away cluster + plain #[test])
+#   c. cargo test -p pg_embed_core: the pgrx-free core crate alone (kernels, models, pooling,
+#      pipeline; golden parity and property tests), no PostgreSQL needed
+#   1. cargo pgrx test pg18   (#[pg_test] of the SQL layer in a throw-away cluster)
 #   2. cargo pgrx install --release
 #   3. a fresh, separate test server (port ${PG_EMBED_TEST_PORT:-28819}, .pg/test-data)
 #   4. SQL-level regression suite tests/regress with the wheel's pg_regress
@@ -9,14 +11,15 @@
 #   6. operational tests tests/ops against the same server: pg_cancel_backend of a long
 #      batch, a backend's memory over 10,000 calls, pgbench load through the trigger
 #      (OPS_LOAD_SECONDS, default 20), kill -9 during trigger INSERTs and a backfill
-# TEST_ONLY=pgrx runs only 1; TEST_ONLY=regress runs only 2-5; TEST_ONLY=ops 2, 3 and 6.
+# TEST_ONLY=core runs only c; TEST_ONLY=pgrx runs 0, c and 1; TEST_ONLY=regress runs only 2-5;
+# TEST_ONLY=ops 2, 3 and 6.
 # PG_EMBED_SKIP_INSTALL=1 skips 2 (test the extension as already installed).
 set -euo pipefail
 # shellcheck source=scripts/env.sh
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 
 TEST_ONLY="${TEST_ONLY:-}"
-case "$TEST_ONLY" in ""|pgrx|regress|ops) ;; *) die "TEST_ONLY must be pgrx, regress or ops, not '$TEST_ONLY'" ;; esac
+case "$TEST_ONLY" in ""|core|pgrx|regress|ops) ;; *) die "TEST_ONLY must be core, pgrx, regress or ops, not '$TEST_ONLY'" ;; esac
 
 t_all=$EPOCHREALTIME
 declare -a summary=()
@@ -43,6 +46,17 @@ if [ -z "$TEST_ONLY" ] || [ "$TEST_ONLY" = pgrx ]; then
     section "docker/ static check"
     python3 scripts/check_docker_test.py
     section_done
+fi
+
+# ---- c. the core crate ------------------------------------------------------------------
+if [ -z "$TEST_ONLY" ] || [ "$TEST_ONLY" = pgrx ] || [ "$TEST_ONLY" = core ]; then
+    section "cargo test -p pg_embed_core"
+    cargo test -p pg_embed_core
+    section_done
+    if [ "$TEST_ONLY" = core ]; then
+        step "core tests passed ($(elapsed_since "$t_all"))"
+        exit 0
+    fi
 fi
 
 # ---- 1. pgrx tests ---------------------------------------------------------------------

@@ -177,7 +177,7 @@ fn check_size(source_name: &str, dir: &std::path::Path) -> Result<()> {
     let Some(limit_mb) = guc::max_model_size_mb() else {
         return Ok(());
     };
-    let mb = pg_embed_core::pipeline::weight_bytes(dir)?.div_ceil(1 << 20);
+    let mb = pg_embed_core::weights::weight_bytes(dir)?.div_ceil(1 << 20);
     if mb > limit_mb {
         return Err(Error::ModelTooLarge { source_name: source_name.into(), mb, limit_mb });
     }

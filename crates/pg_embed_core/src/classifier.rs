@@ -4,13 +4,12 @@
 
 use std::collections::BTreeMap;
 
-use candle_core::{IndexOp, Module, Tensor};
+use candle_core::{Module, Tensor};
 use candle_nn::{LayerNorm, Linear, VarBuilder};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::heads::Activation;
-use crate::models::BackboneConfig;
 use crate::pooling::PoolingMode;
 
 /// The classification fields of config.json (`transformers.PretrainedConfig`).
@@ -28,7 +27,95 @@ pub struct HeadConfig {
     /// The same before sentence-transformers 4.
     #[serde(default)]
     pub sbert_ce_default_activation_function: Option<String>,
+    /// DeBERTa-v2's ContextPooler activation (transformers' default "gelu").
+    #[serde(default)]
+    pub pooler_hidden_act: Option<String>,
+    /// ModernBERT's head: "cls" or "mean" pooling (default "cls"), its activation (default
+    /// "gelu") and the norm's epsilon and bias (defaults 1e-5, none).
+    #[serde(default)]
+    pub classifier_pooling: Option<String>,
+    #[serde(default)]
+    pub classifier_activation: Option<String>,
+    #[serde(default)]
+    pub norm_eps: Option<f64>,
+    #[serde(default)]
+    pub norm_bias: Option<bool>,
 }
+
+/// How a head is built: the token states it reads, its dense layer (weight name and
+/// activation), the norm after it (name, epsilon, bias) and the output layer's name.
+type Layout = (Pool, Option<(&'static str, Activation)>, Option<(&'static str, f64, bool)>, &'static str);
+
+/// One `*ForSequenceClassification` class: the backbones (`model_type`) it sits on and its
+/// layout, as transformers builds it.
+struct HeadRow {
+    architecture: &'static str,
+    model_types: &'static [&'static str],
+    layout: fn(&HeadConfig) -> Result<Layout>,
+}
+
+const HEADS: &[HeadRow] = &[
+    // BERT: the backbone's pooler (dense + tanh over [CLS]), then the classifier.
+    HeadRow {
+        architecture: "BertForSequenceClassification",
+        model_types: &["bert"],
+        layout: |_| Ok((Pool::BackbonePooler, None, None, "classifier")),
+    },
+    // RoBERTa / XLM-R: dense, tanh, out_proj on <s>.
+    HeadRow {
+        architecture: "RobertaForSequenceClassification",
+        model_types: &["roberta"],
+        layout: |_| Ok((Pool::First, Some(("classifier.dense", Activation::Tanh)), None, "classifier.out_proj")),
+    },
+    HeadRow {
+        architecture: "XLMRobertaForSequenceClassification",
+        model_types: &["xlm-roberta"],
+        layout: |_| Ok((Pool::First, Some(("classifier.dense", Activation::Tanh)), None, "classifier.out_proj")),
+    },
+    // ELECTRA: dense, GELU, out_proj on [CLS].
+    HeadRow {
+        architecture: "ElectraForSequenceClassification",
+        model_types: &["electra"],
+        layout: |_| Ok((Pool::First, Some(("classifier.dense", Activation::Gelu)), None, "classifier.out_proj")),
+    },
+    // DistilBERT: pre_classifier, ReLU, classifier on [CLS].
+    HeadRow {
+        architecture: "DistilBertForSequenceClassification",
+        model_types: &["distilbert"],
+        layout: |_| Ok((Pool::First, Some(("pre_classifier", Activation::Relu)), None, "classifier")),
+    },
+    // DeBERTa-v2: the ContextPooler (dense and its activation on [CLS]), classifier.
+    HeadRow {
+        architecture: "DebertaV2ForSequenceClassification",
+        model_types: &["deberta-v2"],
+        layout: |c| {
+            let activation = act("pooler_hidden_act", c.pooler_hidden_act.as_deref().unwrap_or("gelu"))?;
+            Ok((Pool::First, Some(("pooler.dense", activation)), None, "classifier"))
+        },
+    },
+    // ModernBERT: cls or mean pooling, dense, activation, norm, classifier.
+    HeadRow {
+        architecture: "ModernBertForSequenceClassification",
+        model_types: &["modernbert"],
+        layout: |c| {
+            let pool = match c.classifier_pooling.as_deref().unwrap_or("cls") {
+                "cls" => Pool::First,
+                "mean" => Pool::Mean,
+                other => {
+                    return Err(Error::Unsupported {
+                        what: "classifier_pooling",
+                        value: other.into(),
+                        path: "config.json".into(),
+                        supported: "cls, mean",
+                    })
+                }
+            };
+            let activation = act("classifier_activation", c.classifier_activation.as_deref().unwrap_or("gelu"))?;
+            let norm = ("head.norm", c.norm_eps.unwrap_or(1e-5), c.norm_bias.unwrap_or(false));
+            Ok((pool, Some(("head.dense", activation)), Some(norm), "classifier"))
+        },
+    },
+];
 
 #[derive(Debug, Default, Deserialize)]
 pub struct CrossEncoderConfig {
@@ -131,67 +218,24 @@ impl Classifier {
         vb: &VarBuilder,
         architecture: &str,
         cfg: &HeadConfig,
-        backbone: &BackboneConfig,
+        model_type: &str,
+        hidden: usize,
     ) -> Result<Self> {
-        use BackboneConfig as B;
-        let hidden = backbone.hidden_size();
-        // (pool, dense layer and its activation, norm, output layer)
-        let (pool, dense, norm, out): (Pool, Option<(&str, Activation)>, Option<(&str, f64, bool)>, &str) =
-            match (architecture, backbone) {
-                ("BertForSequenceClassification", B::Bert(_)) => {
-                    (Pool::BackbonePooler, None, None, "classifier")
-                }
-                ("RobertaForSequenceClassification", B::Roberta(_))
-                | ("XLMRobertaForSequenceClassification", B::XlmRoberta(_)) => {
-                    (Pool::First, Some(("classifier.dense", Activation::Tanh)), None, "classifier.out_proj")
-                }
-                ("ElectraForSequenceClassification", B::Electra(_)) => {
-                    (Pool::First, Some(("classifier.dense", Activation::Gelu)), None, "classifier.out_proj")
-                }
-                ("DistilBertForSequenceClassification", B::DistilBert(_)) => {
-                    (Pool::First, Some(("pre_classifier", Activation::Relu)), None, "classifier")
-                }
-                ("DebertaV2ForSequenceClassification", B::DebertaV2(c)) => (
-                    Pool::First,
-                    Some(("pooler.dense", act("pooler_hidden_act", &c.pooler_hidden_act)?)),
-                    None,
-                    "classifier",
-                ),
-                ("ModernBertForSequenceClassification", B::ModernBert(c)) => (
-                    match c.classifier_pooling.as_str() {
-                        "cls" => Pool::First,
-                        "mean" => Pool::Mean,
-                        other => {
-                            return Err(Error::Unsupported {
-                                what: "classifier_pooling",
-                                value: other.into(),
-                                path: "config.json".into(),
-                                supported: "cls, mean",
-                            })
-                        }
-                    },
-                    Some(("head.dense", act("classifier_activation", &c.classifier_activation)?)),
-                    Some(("head.norm", c.norm_eps, c.norm_bias)),
-                    "classifier",
-                ),
-                (known, other) if SUPPORTED.split(", ").any(|a| a.trim() == known) => {
-                    return Err(Error::invalid_file(
-                        "config.json",
-                        format!(
-                            "architecture {known} does not match model_type \"{}\"",
-                            other.architecture()
-                        ),
-                    ))
-                }
-                (other, _) => {
-                    return Err(Error::Unsupported {
-                        what: "architecture",
-                        value: other.into(),
-                        path: "config.json".into(),
-                        supported: SUPPORTED,
-                    })
-                }
-            };
+        let Some(row) = HEADS.iter().find(|r| r.architecture == architecture) else {
+            return Err(Error::Unsupported {
+                what: "architecture",
+                value: architecture.into(),
+                path: "config.json".into(),
+                supported: SUPPORTED,
+            });
+        };
+        if !row.model_types.contains(&model_type) {
+            return Err(Error::invalid_file(
+                "config.json",
+                format!("architecture {architecture} does not match model_type \"{model_type}\""),
+            ));
+        }
+        let (pool, dense, norm, out) = (row.layout)(cfg)?;
         let bad = |e: candle_core::Error| Error::invalid_file("model.safetensors", e);
         let dense = dense
             .map(|(name, activation)| -> candle_core::Result<_> {
@@ -253,22 +297,21 @@ impl Classifier {
         Ok(Classifier { head, architecture: architecture.into(), labels, problem, rerank_sigmoid })
     }
 
-    /// Logits [batch, num_labels] from the backbone's hidden states [b, s, h], the attention
-    /// mask [b, s] and the backbone's pooler output.
-    pub fn forward(
-        &self,
-        hidden: &Tensor,
-        mask: &Tensor,
-        pooler: Option<&Tensor>,
-    ) -> candle_core::Result<Tensor> {
+    /// What the head reads of the backbone's token states, as a pooling mode: the pooler
+    /// output, the first token or the mean.
+    pub fn pooling(&self) -> PoolingMode {
+        match self.head.pool {
+            Pool::BackbonePooler => PoolingMode::Pooler,
+            Pool::First => PoolingMode::Cls,
+            Pool::Mean => PoolingMode::Mean,
+        }
+    }
+
+    /// Logits [batch, num_labels] from what the head reads ([batch, hidden], pooled as
+    /// [`Classifier::pooling`] says).
+    pub fn forward(&self, pooled: Tensor) -> candle_core::Result<Tensor> {
         let head = &self.head;
-        let mut x = match head.pool {
-            Pool::BackbonePooler => pooler.cloned().ok_or_else(|| {
-                candle_core::Error::Msg("the classifier needs the backbone's pooler".into())
-            })?,
-            Pool::First => hidden.i((.., 0))?.contiguous()?,
-            Pool::Mean => crate::pooling::pool(hidden, mask, &[PoolingMode::Mean], None)?,
-        };
+        let mut x = pooled;
         if let Some((dense, activation, norm)) = &head.dense {
             x = activation.apply(&dense.forward(&x)?)?;
             if let Some(norm) = norm {

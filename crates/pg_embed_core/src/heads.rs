@@ -136,7 +136,7 @@ impl Dense {
             }
         }
         let weights_path = folder.join("model.safetensors");
-        let mut tensors = crate::pipeline::read_safetensors(&weights_path)?;
+        let mut tensors = crate::weights::read_safetensors(&weights_path)?;
         let mut take = |name: &str, shape: &[usize]| -> Result<Tensor> {
             let t = tensors
                 .remove(name)
@@ -176,7 +176,7 @@ impl Dense {
         let activation = Activation::from_name(&spec.activation).ok_or_else(|| {
             bad(format!("unknown activation \"{}\"; expected one of {ACTIVATION_NAMES}", spec.activation))
         })?;
-        let mut tensors = crate::pipeline::read_safetensors(file)?;
+        let mut tensors = crate::weights::read_safetensors(file)?;
         let mut names: Vec<&String> = tensors.keys().collect();
         names.sort();
         let listing = names.iter().map(|n| n.as_str()).collect::<Vec<_>>().join(", ");

@@ -17,3 +17,4 @@ pub mod pooling;
 pub mod source;
 pub mod st;
 pub mod threads;
+pub mod weights;

@@ -1,7 +1,6 @@
-//! Pooling: token states [batch, seq, hidden] + attention mask [batch, seq] -> one vector
-//! per input. One pure, mask-aware function; model files never pool.
+//! Pooling: the token states of a packed batch and its sequence boundaries (and prompt
+//! lengths) -> one vector per input. One pure function; model files never pool.
 
-use candle_core::{DType, IndexOp, Result, Tensor, D};
 use serde::Serialize;
 
 /// Pooling modes, as `sentence_transformers.models.Pooling` (6.x) computes them.
@@ -43,98 +42,101 @@ impl PoolingMode {
     }
 }
 
-/// Pools `hidden` [b, s, h] under `mask` [b, s] (u32, 1 = a token that counts) into
-/// [b, h * modes.len()], concatenating modes in the order given. Inputs are right-padded;
-/// a caller that excludes a prompt from pooling zeroes its positions in `mask`.
-/// `pooler` [b, h] is the backbone's pooler output, needed only by `PoolingMode::Pooler`.
-pub fn pool(
-    hidden: &Tensor,
-    mask: &Tensor,
-    modes: &[PoolingMode],
-    pooler: Option<&Tensor>,
-) -> Result<Tensor> {
-    let (_, seq, _) = hidden.dims3()?;
-    // [b, s, 1]
-    let maskf = mask.to_dtype(DType::F32)?.unsqueeze(D::Minus1)?;
-    // Sum and count of the counted tokens, shared by mean and mean_sqrt_len_tokens.
-    let counted = if modes.iter().any(|m| matches!(m, PoolingMode::Mean | PoolingMode::MeanSqrtLenTokens)) {
-        Some((hidden.broadcast_mul(&maskf)?.sum(1)?, maskf.sum(1)?.clamp(1e-9f32, f32::MAX)?))
-    } else {
-        None
-    };
-    // One token per row, or zeros where no token counts (as sentence-transformers' gather
-    // over the masked states gives).
-    let pick = |index: &dyn Fn(&[u32]) -> Option<usize>| -> Result<Tensor> {
-        let rows: Vec<Vec<u32>> = mask.to_vec2()?;
-        let picked = rows
-            .iter()
-            .enumerate()
-            .map(|(b, row)| match index(row) {
-                Some(t) => hidden.i((b, t)),
-                None => hidden.i((b, 0))?.zeros_like(),
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Tensor::stack(&picked, 0)
-    };
-    let mut parts = Vec::with_capacity(modes.len());
-    for mode in modes {
-        parts.push(match mode {
-            // argmax of an all-zero mask is 0: the first position.
-            PoolingMode::Cls => pick(&|row| Some(row.iter().position(|&m| m != 0).unwrap_or(0)))?,
-            PoolingMode::Lasttoken => pick(&|row| row.iter().rposition(|&m| m != 0))?,
-            PoolingMode::Mean | PoolingMode::MeanSqrtLenTokens => {
-                let (sum, count) = counted
-                    .as_ref()
-                    .ok_or_else(|| candle_core::Error::Msg("mean sums not computed".into()))?;
-                let denominator = if *mode == PoolingMode::Mean { count.clone() } else { count.sqrt()? };
-                sum.broadcast_div(&denominator)?
-            }
-            PoolingMode::Weightedmean => {
-                let positions =
-                    Tensor::arange(1u32, seq as u32 + 1, hidden.device())?.to_dtype(DType::F32)?;
-                let weights = maskf.broadcast_mul(&positions.reshape((1, seq, 1))?)?;
-                let sum = hidden.broadcast_mul(&weights)?.sum(1)?;
-                sum.broadcast_div(&weights.sum(1)?.clamp(1e-9f32, f32::MAX)?)?
-            }
-            PoolingMode::Pooler => {
-                pooler.ok_or_else(|| candle_core::Error::Msg("the backbone has no pooler".into()))?.clone()
-            }
-            PoolingMode::Max => {
-                let keep = maskf.broadcast_as(hidden.shape())?.ne(0f32)?;
-                let floor = Tensor::full(f32::NEG_INFINITY, hidden.shape(), hidden.device())?;
-                keep.where_cond(hidden, &floor)?.max(1)?
-            }
-        });
-    }
-    Tensor::cat(&parts, D::Minus1)
+/// The sequences of a packed batch as pooling sees them: sequence `i` is tokens
+/// `bounds[i]..bounds[i + 1]` of the hidden states, and its first `skips[i]` tokens (an
+/// excluded prompt) do not count.
+#[derive(Debug, Clone, Copy)]
+pub struct Sequences<'a> {
+    pub bounds: &'a [usize],
+    pub skips: &'a [usize],
 }
 
-/// L2 normalisation as torch.nn.functional.normalize(p=2, dim=1, eps=1e-12).
-pub fn l2_normalize(x: &Tensor) -> Result<Tensor> {
-    let norm = x.sqr()?.sum_keepdim(D::Minus1)?.sqrt()?.clamp(1e-12f32, f32::MAX)?;
-    x.broadcast_div(&norm)
+/// Pools `hidden` [tokens, width] (a packed batch) into one row per sequence of
+/// `width * modes.len()` values (a pooler mode adds the pooler's width instead),
+/// concatenating modes in the order given. `pooler` [sequences, its width] is the
+/// backbone's pooler output, needed only by `PoolingMode::Pooler`.
+pub fn pool(
+    hidden: &[f32],
+    width: usize,
+    sequences: Sequences,
+    modes: &[PoolingMode],
+    pooler: Option<&[Vec<f32>]>,
+) -> Result<Vec<Vec<f32>>, String> {
+    let count = sequences.bounds.len().saturating_sub(1);
+    let token = |t: usize| &hidden[t * width..(t + 1) * width];
+    let mut out = Vec::with_capacity(count);
+    for i in 0..count {
+        let (start, end) = (sequences.bounds[i], sequences.bounds[i + 1]);
+        let skip = sequences.skips.get(i).copied().unwrap_or(0).min(end - start);
+        let counted = start + skip..end;
+        let n = counted.len() as f32;
+        let mut row = Vec::with_capacity(width * modes.len());
+        // The sum over counted tokens, shared by mean and mean_sqrt_len_tokens.
+        let sum = || {
+            let mut sum = vec![0f32; width];
+            for t in counted.clone() {
+                sum.iter_mut().zip(token(t)).for_each(|(s, v)| *s += v);
+            }
+            sum
+        };
+        for mode in modes {
+            match mode {
+                // The first counted token; the first token when none counts (argmax of an
+                // all-zero mask is 0, as in sentence-transformers).
+                PoolingMode::Cls if !counted.is_empty() => row.extend_from_slice(token(counted.start)),
+                PoolingMode::Cls if end > start => row.extend_from_slice(token(start)),
+                PoolingMode::Lasttoken if !counted.is_empty() => row.extend_from_slice(token(end - 1)),
+                // No token: zeros, as sentence-transformers' gather over the masked states gives.
+                PoolingMode::Cls | PoolingMode::Lasttoken => row.extend(std::iter::repeat_n(0f32, width)),
+                PoolingMode::Mean => row.extend(sum().into_iter().map(|s| s / n.max(1e-9))),
+                PoolingMode::MeanSqrtLenTokens => row.extend(sum().into_iter().map(|s| s / n.max(1e-9).sqrt())),
+                PoolingMode::Weightedmean => {
+                    // Weights 1, 2, 3, ... from the start of the sequence, prompt included.
+                    let mut sum = vec![0f32; width];
+                    let mut weights = 0f32;
+                    for t in counted.clone() {
+                        let w = (t - start + 1) as f32;
+                        weights += w;
+                        sum.iter_mut().zip(token(t)).for_each(|(s, v)| *s += v * w);
+                    }
+                    row.extend(sum.into_iter().map(|s| s / weights.max(1e-9)));
+                }
+                PoolingMode::Max => {
+                    let mut max = vec![f32::NEG_INFINITY; width];
+                    for t in counted.clone() {
+                        max.iter_mut().zip(token(t)).for_each(|(m, v)| *m = m.max(*v));
+                    }
+                    row.extend(max);
+                }
+                PoolingMode::Pooler => {
+                    let pooled = pooler.and_then(|p| p.get(i)).ok_or("the backbone has no pooler")?;
+                    row.extend_from_slice(pooled);
+                }
+            }
+        }
+        out.push(row);
+    }
+    Ok(out)
+}
+
+/// L2 normalisation of each row as torch.nn.functional.normalize(p=2, dim=1, eps=1e-12).
+pub fn l2_normalize(rows: &mut [Vec<f32>]) {
+    for row in rows {
+        let norm = row.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
+        row.iter_mut().for_each(|x| *x /= norm);
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use candle_core::Device;
 
-    /// Two inputs of 3 positions, hidden 2; the second has one padded position whose
-    /// values (100, -100) must not leak into any mode.
-    fn batch() -> (Tensor, Tensor) {
-        let h = Tensor::new(
-            &[[[1f32, 2.], [3., -4.], [5., 0.]], [[-1., 1.], [2., 3.], [100., -100.]]],
-            &Device::Cpu,
-        )
-        .unwrap();
-        let m = Tensor::new(&[[1u32, 1, 1], [1, 1, 0]], &Device::Cpu).unwrap();
-        (h, m)
-    }
+    /// Two inputs packed, hidden 2: three tokens, then two.
+    const HIDDEN: [f32; 10] = [1., 2., 3., -4., 5., 0., -1., 1., 2., 3.];
+    const BOUNDS: [usize; 3] = [0, 3, 5];
 
     fn run(modes: &[PoolingMode]) -> Vec<Vec<f32>> {
-        let (h, m) = batch();
-        pool(&h, &m, modes, None).unwrap().to_vec2().unwrap()
+        pool(&HIDDEN, 2, Sequences { bounds: &BOUNDS, skips: &[0, 0] }, modes, None).unwrap()
     }
 
     #[test]
@@ -159,11 +161,15 @@ mod tests {
 
     #[test]
     fn an_excluded_prompt_moves_cls_and_leaves_zeros_when_nothing_counts() {
-        let (h, _) = batch();
-        // Row 1: the first position is a prompt (excluded); row 2: nothing counts.
-        let m = Tensor::new(&[[0u32, 1, 1], [0, 0, 0]], &Device::Cpu).unwrap();
-        let got: Vec<Vec<f32>> =
-            pool(&h, &m, &[PoolingMode::Cls, PoolingMode::Lasttoken], None).unwrap().to_vec2().unwrap();
+        // Input 1: its first token is a prompt (excluded); input 2: nothing counts.
+        let got = pool(
+            &HIDDEN,
+            2,
+            Sequences { bounds: &BOUNDS, skips: &[1, 2] },
+            &[PoolingMode::Cls, PoolingMode::Lasttoken],
+            None,
+        )
+        .unwrap();
         assert_eq!(got, vec![vec![3., -4., 5., 0.], vec![-1., 1., 0., 0.]]);
     }
 
@@ -175,18 +181,17 @@ mod tests {
 
     #[test]
     fn pooler_output_is_passed_through() {
-        let (h, m) = batch();
-        let pooled = Tensor::new(&[[7f32, 8.], [9., 10.]], &Device::Cpu).unwrap();
-        let got: Vec<Vec<f32>> =
-            pool(&h, &m, &[PoolingMode::Cls, PoolingMode::Pooler], Some(&pooled)).unwrap().to_vec2().unwrap();
+        let pooled = vec![vec![7f32, 8.], vec![9., 10.]];
+        let sequences = Sequences { bounds: &BOUNDS, skips: &[0, 0] };
+        let got = pool(&HIDDEN, 2, sequences, &[PoolingMode::Cls, PoolingMode::Pooler], Some(&pooled)).unwrap();
         assert_eq!(got, vec![vec![1., 2., 7., 8.], vec![-1., 1., 9., 10.]]);
-        assert!(pool(&h, &m, &[PoolingMode::Pooler], None).is_err());
+        assert!(pool(&HIDDEN, 2, sequences, &[PoolingMode::Pooler], None).is_err());
     }
 
     #[test]
     fn normalize_unit_length_and_zero_safe() {
-        let x = Tensor::new(&[[3f32, 4.], [0., 0.]], &Device::Cpu).unwrap();
-        let y: Vec<Vec<f32>> = l2_normalize(&x).unwrap().to_vec2().unwrap();
-        assert_eq!(y, vec![vec![0.6, 0.8], vec![0., 0.]]);
+        let mut x = vec![vec![3f32, 4.], vec![0., 0.]];
+        l2_normalize(&mut x);
+        assert_eq!(x, vec![vec![0.6, 0.8], vec![0., 0.]]);
     }
 }

@@ -6,6 +6,7 @@ use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
 use super::encoder::{bad_weights, unsupported, with_prefix, Encoder, Positions, Spec};
+use super::{first_tokens, Batch};
 use crate::error::Result;
 
 /// `transformers.BertConfig`
@@ -72,8 +73,8 @@ mod d {
 
 pub struct Model {
     encoder: Encoder,
-    /// `BertPooler` (dense + tanh over [CLS]), when the checkpoint carries one.
-    pooler: Option<candle_nn::Linear>,
+    /// `BertPooler` (dense + tanh over [CLS]) and its width, when the checkpoint carries one.
+    pooler: Option<(candle_nn::Linear, usize)>,
 }
 
 impl Config {
@@ -102,26 +103,58 @@ impl Config {
 pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
     let vb = with_prefix(vb, &["", "bert."], "embeddings.word_embeddings.weight");
     let encoder = Encoder::load(vb.clone(), &cfg.spec(cfg.hidden_size, Positions::Absolute)?)?;
-    let pooler = vb
-        .contains_tensor("pooler.dense.weight")
-        .then(|| candle_nn::linear(cfg.hidden_size, cfg.hidden_size, vb.pp("pooler.dense")))
-        .transpose()
-        .map_err(bad_weights)?;
+    let pooler = load_pooler(&vb, cfg.hidden_size)?;
     Ok(Model { encoder, pooler })
 }
 
-impl Model {
-    pub fn forward(&self, ids: &Tensor, type_ids: &Tensor, mask: &Tensor) -> candle_core::Result<Tensor> {
-        self.encoder.forward(ids, type_ids, mask)
+impl super::Config for Config {
+    fn hidden_size(&self) -> usize {
+        self.hidden_size
+    }
+    fn max_position_embeddings(&self) -> usize {
+        self.max_position_embeddings
+    }
+    fn vocab_size(&self) -> usize {
+        self.vocab_size
+    }
+    fn pad_token_id(&self) -> u32 {
+        self.pad_token_id as u32
+    }
+    fn load(&self, vb: VarBuilder) -> Result<Box<dyn super::Model>> {
+        Ok(Box::new(load(vb, self)?))
+    }
+}
+
+impl super::Model for Model {
+    fn forward(&self, batch: &Batch) -> candle_core::Result<Vec<f32>> {
+        self.encoder.forward(batch)
     }
 
-    pub fn has_pooler(&self) -> bool {
-        self.pooler.is_some()
+    fn pooler_size(&self) -> Option<usize> {
+        self.pooler.as_ref().map(|(_, width)| *width)
     }
 
     /// transformers' `BertPooler`: tanh(dense(hidden[:, 0])) -> [batch, hidden].
-    pub fn pooler(&self, hidden: &Tensor) -> candle_core::Result<Option<Tensor>> {
-        use candle_core::{IndexOp, Module};
-        self.pooler.as_ref().map(|dense| dense.forward(&hidden.i((.., 0))?)?.tanh()).transpose()
+    fn pooler(&self, hidden: &[f32], batch: &Batch) -> candle_core::Result<Option<Tensor>> {
+        tanh_pooler(self.pooler.as_ref(), hidden, batch)
     }
+}
+
+/// BERT's and MPNet's pooler: tanh(dense(the first token)), with the dense layer's width.
+pub(crate) fn tanh_pooler(
+    pooler: Option<&(candle_nn::Linear, usize)>,
+    hidden: &[f32],
+    batch: &Batch,
+) -> candle_core::Result<Option<Tensor>> {
+    use candle_core::Module;
+    let Some((dense, width)) = pooler else { return Ok(None) };
+    dense.forward(&first_tokens(hidden, *width, batch)?)?.tanh().map(Some)
+}
+
+/// The pooler's dense layer under `vb`, if the checkpoint has one.
+pub(crate) fn load_pooler(vb: &VarBuilder, hidden: usize) -> Result<Option<(candle_nn::Linear, usize)>> {
+    vb.contains_tensor("pooler.dense.weight")
+        .then(|| candle_nn::linear(hidden, hidden, vb.pp("pooler.dense")).map(|l| (l, hidden)))
+        .transpose()
+        .map_err(bad_weights)
 }

@@ -147,3 +147,55 @@ impl Model {
         }
     }
 }
+
+impl super::Config for Config {
+    fn hidden_size(&self) -> usize {
+        self.hidden_size
+    }
+    fn max_position_embeddings(&self) -> usize {
+        self.max_position_embeddings
+    }
+    fn vocab_size(&self) -> usize {
+        self.vocab_size
+    }
+    fn pad_token_id(&self) -> u32 {
+        self.pad_token_id
+    }
+    /// A CLIP text tower's embedding is its pooled, projected output.
+    fn default_pooling(&self) -> crate::pooling::PoolingMode {
+        crate::pooling::PoolingMode::Pooler
+    }
+    fn load(&self, vb: VarBuilder) -> Result<Box<dyn super::Model>> {
+        Ok(Box::new(load(vb, self)?))
+    }
+}
+
+impl super::Model for Model {
+    /// One sequence at a time through the padded forward pass.
+    fn forward(&self, batch: &super::Batch) -> candle_core::Result<Vec<f32>> {
+        super::one_by_one(batch, |ids, types, mask| Model::forward(self, ids, types, mask))
+    }
+
+    fn pooler_size(&self) -> Option<usize> {
+        Some(self.pooled_size)
+    }
+
+    fn pooler(&self, hidden: &[f32], batch: &super::Batch) -> candle_core::Result<Option<Tensor>> {
+        let width = hidden.len() / batch.tokens().max(1);
+        let device = candle_core::Device::Cpu;
+        let mut rows = Vec::with_capacity(batch.len());
+        for i in 0..batch.len() {
+            let range = batch.sequence(i);
+            let len = range.len();
+            let states = Tensor::from_slice(&hidden[range.start * width..range.end * width], (1, len, width), &device)?;
+            let ids = Tensor::from_slice(&batch.ids[range], (1, len), &device)?;
+            if let Some(row) = Model::pooler(self, &states, &ids)? {
+                rows.push(row);
+            }
+        }
+        if rows.is_empty() {
+            return Ok(None);
+        }
+        Tensor::cat(&rows, 0).map(Some)
+    }
+}

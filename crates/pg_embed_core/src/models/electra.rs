@@ -1,7 +1,6 @@
 //! ELECTRA discriminators: the BERT-family encoder whose embeddings may be narrower than the
 //! hidden size and are then projected (`embeddings_project`).
 
-use candle_core::Tensor;
 use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
@@ -34,8 +33,26 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
     Ok(Model { encoder: Encoder::load(vb, &spec)? })
 }
 
-impl Model {
-    pub fn forward(&self, ids: &Tensor, type_ids: &Tensor, mask: &Tensor) -> candle_core::Result<Tensor> {
-        self.encoder.forward(ids, type_ids, mask)
+impl super::Config for Config {
+    fn hidden_size(&self) -> usize {
+        self.bert.hidden_size
+    }
+    fn max_position_embeddings(&self) -> usize {
+        self.bert.max_position_embeddings
+    }
+    fn vocab_size(&self) -> usize {
+        self.bert.vocab_size
+    }
+    fn pad_token_id(&self) -> u32 {
+        0
+    }
+    fn load(&self, vb: VarBuilder) -> Result<Box<dyn super::Model>> {
+        Ok(Box::new(load(vb, self)?))
+    }
+}
+
+impl super::Model for Model {
+    fn forward(&self, batch: &super::Batch) -> candle_core::Result<Vec<f32>> {
+        self.encoder.forward(batch)
     }
 }

@@ -9,10 +9,12 @@
 use std::collections::HashMap;
 
 use candle_core::{DType, Module, Tensor};
-use candle_nn::{Embedding, LayerNorm, VarBuilder};
+use candle_nn::{Embedding, VarBuilder};
 
 use crate::error::{Error, Result};
 use crate::kernels;
+
+use super::Batch;
 
 /// How position ids are numbered.
 #[derive(Debug, Clone, Copy)]
@@ -42,13 +44,41 @@ pub struct Spec<'a> {
 }
 
 pub struct Encoder {
-    word: Embedding,
-    position: Embedding,
-    token_type: Option<Embedding>,
-    norm: LayerNorm,
+    word: Table,
+    position: Table,
+    token_type: Option<Table>,
+    /// candle's LayerNorm, not the kernels': on the tiny ELECTRA fixture (16-wide
+    /// embeddings) the kernels' rounding order lands 1.4e-4 from transformers, candle's
+    /// within the 1e-4 tolerance.
+    norm: candle_nn::LayerNorm,
     project: Option<kernels::Linear>,
     positions: Positions,
     layers: kernels::Stack,
+}
+
+/// An embedding table [rows, width], row-major, looked up on the host.
+pub struct Table {
+    values: Vec<f32>,
+    width: usize,
+}
+
+impl Table {
+    /// The `[rows, width]` tensor `name` under `vb`.
+    pub fn load(vb: &VarBuilder, rows: usize, width: usize, name: &str) -> candle_core::Result<Self> {
+        let values = vb.get((rows, width), name)?.flatten_all()?.to_vec1::<f32>()?;
+        Ok(Table { values, width })
+    }
+
+    /// Row `id`; an id beyond the table is an error, not a panic.
+    pub fn row(&self, id: u32) -> candle_core::Result<&[f32]> {
+        let start = id as usize * self.width;
+        self.values.get(start..start + self.width).ok_or_else(|| {
+            candle_core::Error::Msg(format!(
+                "index {id} is outside an embedding of {} rows",
+                self.values.len() / self.width.max(1)
+            ))
+        })
+    }
 }
 
 pub fn unsupported(what: &'static str, value: &str, supported: &'static str) -> Error {
@@ -191,14 +221,10 @@ impl Encoder {
         let width = spec.embedding_size;
         let load = || -> candle_core::Result<Self> {
             Ok(Encoder {
-                word: candle_nn::embedding(spec.vocab_size, width, e.pp("word_embeddings"))?,
-                position: candle_nn::embedding(
-                    spec.max_position_embeddings,
-                    width,
-                    e.pp("position_embeddings"),
-                )?,
+                word: Table::load(&e, spec.vocab_size, width, "word_embeddings.weight")?,
+                position: Table::load(&e, spec.max_position_embeddings, width, "position_embeddings.weight")?,
                 token_type: (spec.type_vocab_size > 0)
-                    .then(|| candle_nn::embedding(spec.type_vocab_size, width, e.pp("token_type_embeddings")))
+                    .then(|| Table::load(&e, spec.type_vocab_size, width, "token_type_embeddings.weight"))
                     .transpose()?,
                 norm: candle_nn::layer_norm(width, spec.layer_norm_eps, e.pp("LayerNorm"))?,
                 project: (width != spec.hidden_size)
@@ -211,84 +237,59 @@ impl Encoder {
         load().map_err(bad_weights)
     }
 
-    /// ids, type_ids, mask: [batch, seq] u32 -> [batch, seq, hidden].
-    pub fn forward(&self, ids: &Tensor, type_ids: &Tensor, mask: &Tensor) -> candle_core::Result<Tensor> {
-        self.forward_with_bias(ids, type_ids, mask, None)
+    /// The packed batch's hidden states [tokens, hidden].
+    pub fn forward(&self, batch: &Batch) -> candle_core::Result<Vec<f32>> {
+        self.forward_with_bias(batch, None)
     }
 
-    /// As `forward`, with `bias` [1 or batch, heads, seq, seq] added to every layer's
-    /// attention scores (MPNet's relative position bias).
-    pub fn forward_with_bias(
-        &self,
-        ids: &Tensor,
-        type_ids: &Tensor,
-        mask: &Tensor,
-        bias: Option<&Tensor>,
-    ) -> candle_core::Result<Tensor> {
-        let (batch, seq) = ids.dims2()?;
-        let position_ids = match self.positions {
-            Positions::Absolute => Tensor::arange(0u32, seq as u32, ids.device())?.unsqueeze(0)?,
-            Positions::AfterPadding { padding_idx } => {
-                let ids_host = ids.flatten_all()?.to_vec1::<u32>()?;
-                let mut positions = vec![padding_idx; batch * seq];
-                for (row, chunk) in ids_host.chunks(seq.max(1)).enumerate() {
-                    let mut count = 0;
-                    for (col, id) in chunk.iter().enumerate() {
-                        if *id != padding_idx {
-                            count += 1;
-                            positions[row * seq + col] = padding_idx + count;
-                        }
+    /// As `forward`, with `bias` [heads, size, size] (size at least the longest sequence)
+    /// added to every layer's attention scores, the top-left block for each sequence
+    /// (MPNet's relative position bias).
+    pub fn forward_with_bias(&self, batch: &Batch, bias: Option<(&[f32], usize)>) -> candle_core::Result<Vec<f32>> {
+        let width = self.word.width;
+        let mut packed = Vec::with_capacity(batch.tokens() * width);
+        for i in 0..batch.len() {
+            let mut counted = 0u32;
+            for t in batch.sequence(i) {
+                let id = batch.ids[t];
+                let position = match self.positions {
+                    Positions::Absolute => t as u32 - batch.bounds[i] as u32,
+                    // transformers' create_position_ids_from_input_ids: a padding id keeps
+                    // padding_idx and does not advance the count.
+                    Positions::AfterPadding { padding_idx } if id == padding_idx => padding_idx,
+                    Positions::AfterPadding { padding_idx } => {
+                        counted += 1;
+                        padding_idx + counted
+                    }
+                };
+                // transformers' order: words + token types, then + positions.
+                let start = packed.len();
+                packed.extend_from_slice(self.word.row(id)?);
+                let x = &mut packed[start..];
+                if let Some(token_type) = &self.token_type {
+                    for (v, t) in x.iter_mut().zip(token_type.row(batch.type_ids[t])?) {
+                        *v += t;
                     }
                 }
-                Tensor::from_vec(positions, (batch, seq), ids.device())?
+                for (v, p) in x.iter_mut().zip(self.position.row(position)?) {
+                    *v += p;
+                }
             }
-        };
-        // transformers' order: words + token types, then + positions.
-        let mut x = self.word.forward(ids)?;
-        if let Some(token_type) = &self.token_type {
-            x = (x + token_type.forward(type_ids)?)?;
         }
-        let x = x.broadcast_add(&self.position.forward(&position_ids)?)?;
-        let x = self.norm.forward(&x)?;
-        // Pack the real tokens of each (right-padded) row end to end.
-        let width = x.dim(2)?;
-        let lengths = row_lengths(mask)?;
-        let padded = x.flatten_all()?.to_vec1::<f32>()?;
-        let mut packed = Vec::with_capacity(lengths.iter().sum::<usize>() * width);
-        for (row, &len) in lengths.iter().enumerate() {
-            packed.extend_from_slice(&padded[row * seq * width..(row * seq + len) * width]);
-        }
+        let tokens = packed.len() / width.max(1);
+        let mut packed: Vec<f32> = self
+            .norm
+            .forward(&Tensor::from_vec(packed, (tokens, width), &candle_core::Device::Cpu)?)?
+            .flatten_all()?
+            .to_vec1()?;
         if let Some(project) = &self.project {
             packed = project.apply(&packed);
         }
-        let hidden = self.layers.hidden;
-        let bias = bias.map(|b| b.flatten_all()?.to_vec1::<f32>()).transpose()?;
-        let bias = bias.as_deref().map(|values| kernels::AttentionBias { values, size: seq });
+        let lengths = batch.lengths();
+        let bias = bias.map(|(values, size)| kernels::AttentionBias { values, size });
         self.layers.forward(&mut packed, &lengths, bias.as_ref());
-        let mut out = vec![0f32; batch * seq * hidden];
-        let mut at = 0;
-        for (row, &len) in lengths.iter().enumerate() {
-            out[row * seq * hidden..(row * seq + len) * hidden]
-                .copy_from_slice(&packed[at..at + len * hidden]);
-            at += len * hidden;
-        }
-        Tensor::from_vec(out, (batch, seq, hidden), ids.device())
+        Ok(packed)
     }
-}
-
-/// The number of attended tokens of each row of a right-padded [batch, seq] mask.
-pub fn row_lengths(mask: &Tensor) -> candle_core::Result<Vec<usize>> {
-    mask.to_dtype(DType::U32)?
-        .to_vec2::<u32>()?
-        .iter()
-        .map(|row| {
-            let len = row.iter().filter(|m| **m != 0).count();
-            if row[..len].iter().any(|m| *m == 0) {
-                candle_core::bail!("the attention mask is not right-padded");
-            }
-            Ok(len)
-        })
-        .collect()
 }
 
 /// A torch `Linear` (`weight` [outputs, inputs], `bias`) under `vb`, for the kernels.

@@ -1,12 +1,15 @@
-//! Backbones: one architecture per file, each with a serde `Config`, `load(vb, &cfg)` and
-//! `forward(ids, type_ids, mask) -> hidden states [batch, seq, hidden]`.
-//! Architecture dispatch lives here and nowhere else.
+//! Backbones: one architecture per file, each with a serde `Config` (implementing
+//! [`Config`]), `load(vb, &cfg)` and a [`Model`] whose forward pass takes a packed batch
+//! and returns the hidden states of its tokens. Architecture dispatch is the one table
+//! [`ARCHITECTURES`]: adding an architecture is its file and one row here.
 
 use candle_core::Tensor;
 use candle_nn::VarBuilder;
+use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
 use crate::error::{Error, Result};
+use crate::pooling::PoolingMode;
 
 pub mod bert;
 pub mod clip;
@@ -20,35 +23,117 @@ pub mod nomic_bert;
 pub mod roberta;
 pub mod t5;
 
-const SUPPORTED: &str =
-    "bert, clip_text_model, deberta-v2, distilbert, electra, modernbert, mpnet, nomic_bert, roberta, t5, xlm-roberta";
+/// A packed batch: the tokens of every sequence laid end to end, no padding. Sequence `i`
+/// is tokens `bounds[i]..bounds[i + 1]` (`bounds[0]` is 0; text-embeddings-inference calls
+/// them cumulative sequence lengths).
+#[derive(Debug, Clone, Copy)]
+pub struct Batch<'a> {
+    pub ids: &'a [u32],
+    /// Token type (segment) ids, one per token.
+    pub type_ids: &'a [u32],
+    pub bounds: &'a [usize],
+}
 
-/// config.json, dispatched on `model_type`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(tag = "model_type")]
-pub enum BackboneConfig {
-    #[serde(rename = "bert")]
-    Bert(bert::Config),
-    #[serde(rename = "roberta")]
-    Roberta(roberta::Config),
-    #[serde(rename = "xlm-roberta")]
-    XlmRoberta(roberta::Config),
-    #[serde(rename = "distilbert")]
-    DistilBert(distilbert::Config),
-    #[serde(rename = "electra")]
-    Electra(electra::Config),
-    #[serde(rename = "deberta-v2")]
-    DebertaV2(deberta_v2::Config),
-    #[serde(rename = "modernbert")]
-    ModernBert(modernbert::Config),
-    #[serde(rename = "mpnet")]
-    Mpnet(mpnet::Config),
-    #[serde(rename = "clip_text_model")]
-    ClipText(clip::Config),
-    #[serde(rename = "t5")]
-    T5(t5::Config),
-    #[serde(rename = "nomic_bert")]
-    NomicBert(nomic_bert::Config),
+impl Batch<'_> {
+    /// The number of sequences.
+    pub fn len(&self) -> usize {
+        self.bounds.len().saturating_sub(1)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn tokens(&self) -> usize {
+        self.bounds.last().copied().unwrap_or(0)
+    }
+
+    /// The token range of sequence `i`.
+    pub fn sequence(&self, i: usize) -> std::ops::Range<usize> {
+        self.bounds[i]..self.bounds[i + 1]
+    }
+
+    /// The length of every sequence.
+    pub fn lengths(&self) -> Vec<usize> {
+        self.bounds.windows(2).map(|w| w[1] - w[0]).collect()
+    }
+}
+
+/// A loaded backbone.
+pub trait Model: Send + Sync {
+    /// The last hidden states [tokens, hidden] of every token of `batch`, row-major, in the
+    /// batch's order. A sequence's result does not depend on the others in its batch.
+    fn forward(&self, batch: &Batch) -> candle_core::Result<Vec<f32>>;
+
+    /// The width of the pooler output (transformers' `pooler_output`), if the checkpoint
+    /// carries a pooler.
+    fn pooler_size(&self) -> Option<usize> {
+        None
+    }
+
+    /// The pooler output [sequences, pooler size] from `forward`'s hidden states.
+    fn pooler(&self, _hidden: &[f32], _batch: &Batch) -> candle_core::Result<Option<Tensor>> {
+        Ok(None)
+    }
+}
+
+/// What the pipeline needs to know of an architecture's config.json.
+pub trait Config: Send + Sync {
+    fn hidden_size(&self) -> usize;
+    /// The longest input the position embeddings allow, in tokens.
+    fn max_position_embeddings(&self) -> usize;
+    /// Rows of the token embedding (the backbone checks them against the checkpoint).
+    fn vocab_size(&self) -> usize;
+    /// The token id batches are padded with when the tokenizer names none.
+    fn pad_token_id(&self) -> u32;
+    /// Pooling when neither sentence-transformers' files nor the options name one.
+    fn default_pooling(&self) -> PoolingMode {
+        PoolingMode::Mean
+    }
+    fn load(&self, vb: VarBuilder) -> Result<Box<dyn Model>>;
+}
+
+/// One row of the architecture table: config.json's `model_type` and how to parse it.
+pub struct Architecture {
+    pub model_type: &'static str,
+    parse: fn(&[u8]) -> serde_json::Result<(Box<dyn Config>, serde_json::Value)>,
+}
+
+fn parse_as<C: Config + DeserializeOwned + serde::Serialize + 'static>(
+    bytes: &[u8],
+) -> serde_json::Result<(Box<dyn Config>, serde_json::Value)> {
+    let config: C = serde_json::from_slice(bytes)?;
+    let summary = serde_json::to_value(&config)?;
+    Ok((Box::new(config), summary))
+}
+
+/// Every supported architecture, by `model_type`.
+pub const ARCHITECTURES: &[Architecture] = &[
+    Architecture { model_type: "bert", parse: parse_as::<bert::Config> },
+    Architecture { model_type: "clip_text_model", parse: parse_as::<clip::Config> },
+    Architecture { model_type: "deberta-v2", parse: parse_as::<deberta_v2::Config> },
+    Architecture { model_type: "distilbert", parse: parse_as::<distilbert::Config> },
+    Architecture { model_type: "electra", parse: parse_as::<electra::Config> },
+    Architecture { model_type: "modernbert", parse: parse_as::<modernbert::Config> },
+    Architecture { model_type: "mpnet", parse: parse_as::<mpnet::Config> },
+    Architecture { model_type: "nomic_bert", parse: parse_as::<nomic_bert::Config> },
+    Architecture { model_type: "roberta", parse: parse_as::<roberta::Config> },
+    Architecture { model_type: "t5", parse: parse_as::<t5::Config> },
+    Architecture { model_type: "xlm-roberta", parse: parse_as::<roberta::Config> },
+];
+
+/// The supported `model_type`s, for messages.
+pub fn supported() -> &'static str {
+    static NAMES: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    NAMES.get_or_init(|| ARCHITECTURES.iter().map(|a| a.model_type).collect::<Vec<_>>().join(", "))
+}
+
+/// A parsed config.json: its architecture and settings.
+pub struct BackboneConfig {
+    architecture: &'static str,
+    config: Box<dyn Config>,
+    /// The config as parsed (transformers' field names, defaults filled in), for model_info.
+    summary: serde_json::Value,
 }
 
 impl BackboneConfig {
@@ -60,203 +145,84 @@ impl BackboneConfig {
         }
         let tag: Tag = serde_json::from_slice(bytes).map_err(|e| Error::invalid_file(path, e))?;
         let model_type = tag.model_type.unwrap_or_default();
-        if !SUPPORTED.split(", ").any(|s| s == model_type) {
+        let Some(row) = ARCHITECTURES.iter().find(|a| a.model_type == model_type) else {
             return Err(Error::Unsupported {
                 what: "model_type",
                 value: model_type,
                 path: path.into(),
-                supported: SUPPORTED,
+                supported: supported(),
             });
-        }
-        serde_json::from_slice(bytes).map_err(|e| Error::invalid_file(path, e))
+        };
+        let (config, summary) = (row.parse)(bytes).map_err(|e| Error::invalid_file(path, e))?;
+        Ok(BackboneConfig { architecture: row.model_type, config, summary })
+    }
+
+    /// config.json's `model_type`.
+    pub fn architecture(&self) -> &'static str {
+        self.architecture
+    }
+
+    pub fn summary(&self) -> serde_json::Value {
+        self.summary.clone()
     }
 
     pub fn hidden_size(&self) -> usize {
-        match self {
-            BackboneConfig::Bert(c) => c.hidden_size,
-            BackboneConfig::Roberta(c) | BackboneConfig::XlmRoberta(c) => c.bert.hidden_size,
-            BackboneConfig::DistilBert(c) => c.dim,
-            BackboneConfig::Electra(c) => c.bert.hidden_size,
-            BackboneConfig::DebertaV2(c) => c.hidden_size,
-            BackboneConfig::ModernBert(c) => c.hidden_size,
-            BackboneConfig::Mpnet(c) => c.hidden_size,
-            BackboneConfig::ClipText(c) => c.hidden_size,
-            BackboneConfig::T5(c) => c.d_model,
-            BackboneConfig::NomicBert(c) => c.hidden_size,
-        }
+        self.config.hidden_size()
     }
 
-    /// Pooling when neither sentence-transformers' files nor the options name one: the mean,
-    /// except for a CLIP text tower, whose embedding is its pooled, projected output.
-    pub fn default_pooling(&self) -> crate::pooling::PoolingMode {
-        match self {
-            BackboneConfig::ClipText(_) => crate::pooling::PoolingMode::Pooler,
-            _ => crate::pooling::PoolingMode::Mean,
-        }
-    }
-
-    /// The longest input the position embeddings allow, in tokens.
     pub fn max_position_embeddings(&self) -> usize {
-        match self {
-            BackboneConfig::Bert(c) => c.max_position_embeddings,
-            // RoBERTa's first padding_idx + 1 positions are never used by text.
-            BackboneConfig::Roberta(c) | BackboneConfig::XlmRoberta(c) => {
-                c.bert.max_position_embeddings.saturating_sub(c.pad_token_id as usize + 1)
-            }
-            BackboneConfig::DistilBert(c) => c.max_position_embeddings,
-            BackboneConfig::Electra(c) => c.bert.max_position_embeddings,
-            BackboneConfig::DebertaV2(c) => c.max_position_embeddings,
-            BackboneConfig::ModernBert(c) => c.max_position_embeddings,
-            BackboneConfig::Mpnet(c) => c.max_position_embeddings.saturating_sub(c.pad_token_id as usize + 1),
-            BackboneConfig::ClipText(c) => c.max_position_embeddings,
-            // Relative positions: no table bounds the length; sentence-transformers' T5
-            // models set their own max_seq_length.
-            BackboneConfig::T5(_) => 512,
-            // Rotary positions: the config's length is what the model was trained for.
-            BackboneConfig::NomicBert(c) => c.max_position_embeddings,
-        }
+        self.config.max_position_embeddings()
     }
 
-    /// Rows of the token embedding (the backbone checks them against the checkpoint).
     pub fn vocab_size(&self) -> usize {
-        match self {
-            BackboneConfig::Bert(c) => c.vocab_size,
-            BackboneConfig::Roberta(c) | BackboneConfig::XlmRoberta(c) => c.bert.vocab_size,
-            BackboneConfig::DistilBert(c) => c.vocab_size,
-            BackboneConfig::Electra(c) => c.bert.vocab_size,
-            BackboneConfig::DebertaV2(c) => c.vocab_size,
-            BackboneConfig::ModernBert(c) => c.vocab_size,
-            BackboneConfig::Mpnet(c) => c.vocab_size,
-            BackboneConfig::ClipText(c) => c.vocab_size,
-            BackboneConfig::T5(c) => c.vocab_size,
-            BackboneConfig::NomicBert(c) => c.vocab_size,
-        }
+        self.config.vocab_size()
     }
 
-    /// The token id batches are padded with when the tokenizer names none.
     pub fn pad_token_id(&self) -> u32 {
-        match self {
-            BackboneConfig::Bert(c) => c.pad_token_id as u32,
-            BackboneConfig::Roberta(c) | BackboneConfig::XlmRoberta(c) => c.pad_token_id,
-            BackboneConfig::DistilBert(_) | BackboneConfig::Electra(_) => 0,
-            BackboneConfig::DebertaV2(c) => c.pad_token_id as u32,
-            BackboneConfig::ModernBert(c) => c.pad_token_id,
-            BackboneConfig::Mpnet(c) => c.pad_token_id,
-            BackboneConfig::ClipText(c) => c.pad_token_id,
-            BackboneConfig::T5(c) => c.pad_token_id,
-            BackboneConfig::NomicBert(c) => c.pad_token_id,
-        }
+        self.config.pad_token_id()
     }
 
-    pub fn architecture(&self) -> &'static str {
-        match self {
-            BackboneConfig::Bert(_) => "bert",
-            BackboneConfig::Roberta(_) => "roberta",
-            BackboneConfig::XlmRoberta(_) => "xlm-roberta",
-            BackboneConfig::DistilBert(_) => "distilbert",
-            BackboneConfig::Electra(_) => "electra",
-            BackboneConfig::DebertaV2(_) => "deberta-v2",
-            BackboneConfig::ModernBert(_) => "modernbert",
-            BackboneConfig::Mpnet(_) => "mpnet",
-            BackboneConfig::ClipText(_) => "clip_text_model",
-            BackboneConfig::T5(_) => "t5",
-            BackboneConfig::NomicBert(_) => "nomic_bert",
-        }
+    pub fn default_pooling(&self) -> PoolingMode {
+        self.config.default_pooling()
     }
 
-    /// The config as parsed (transformers' field names, defaults filled in), for model_info.
-    pub fn summary(&self) -> serde_json::Value {
-        let value = match self {
-            BackboneConfig::Bert(c) => serde_json::to_value(c),
-            BackboneConfig::Roberta(c) | BackboneConfig::XlmRoberta(c) => serde_json::to_value(c),
-            BackboneConfig::DistilBert(c) => serde_json::to_value(c),
-            BackboneConfig::Electra(c) => serde_json::to_value(c),
-            BackboneConfig::DebertaV2(c) => serde_json::to_value(c),
-            BackboneConfig::ModernBert(c) => serde_json::to_value(c),
-            BackboneConfig::Mpnet(c) => serde_json::to_value(c),
-            BackboneConfig::ClipText(c) => serde_json::to_value(c),
-            BackboneConfig::T5(c) => serde_json::to_value(c),
-            BackboneConfig::NomicBert(c) => serde_json::to_value(c),
-        };
-        value.unwrap_or(serde_json::Value::Null)
+    pub fn load(&self, vb: VarBuilder) -> Result<Box<dyn Model>> {
+        self.config.load(vb)
     }
 }
 
-pub enum Backbone {
-    Bert(bert::Model),
-    Roberta(roberta::Model),
-    DistilBert(distilbert::Model),
-    Electra(electra::Model),
-    DebertaV2(deberta_v2::Model),
-    ModernBert(modernbert::Model),
-    Mpnet(mpnet::Model),
-    ClipText(clip::Model),
-    T5(t5::Model),
-    NomicBert(nomic_bert::Model),
+/// A packed forward pass through a model written over padded candle tensors: each
+/// sequence runs alone (a batch of one, so no padding), the results laid end to end.
+pub(crate) fn one_by_one(
+    batch: &Batch,
+    forward: impl Fn(&Tensor, &Tensor, &Tensor) -> candle_core::Result<Tensor>,
+) -> candle_core::Result<Vec<f32>> {
+    let mut out = Vec::new();
+    let device = candle_core::Device::Cpu;
+    for i in 0..batch.len() {
+        let range = batch.sequence(i);
+        let len = range.len();
+        if len == 0 {
+            continue;
+        }
+        let ids = Tensor::from_slice(&batch.ids[range.clone()], (1, len), &device)?;
+        let types = Tensor::from_slice(&batch.type_ids[range], (1, len), &device)?;
+        let mask = Tensor::ones((1, len), candle_core::DType::U32, &device)?;
+        out.extend(forward(&ids, &types, &mask)?.flatten_all()?.to_vec1::<f32>()?);
+    }
+    Ok(out)
 }
 
-impl Backbone {
-    pub fn load(vb: VarBuilder, cfg: &BackboneConfig) -> Result<Self> {
-        Ok(match cfg {
-            BackboneConfig::Bert(c) => Backbone::Bert(bert::load(vb, c)?),
-            BackboneConfig::Roberta(c) | BackboneConfig::XlmRoberta(c) => {
-                Backbone::Roberta(roberta::load(vb, c)?)
-            }
-            BackboneConfig::DistilBert(c) => Backbone::DistilBert(distilbert::load(vb, c)?),
-            BackboneConfig::Electra(c) => Backbone::Electra(electra::load(vb, c)?),
-            BackboneConfig::DebertaV2(c) => Backbone::DebertaV2(deberta_v2::load(vb, c)?),
-            BackboneConfig::ModernBert(c) => Backbone::ModernBert(modernbert::load(vb, c)?),
-            BackboneConfig::Mpnet(c) => Backbone::Mpnet(mpnet::load(vb, c)?),
-            BackboneConfig::ClipText(c) => Backbone::ClipText(clip::load(vb, c)?),
-            BackboneConfig::T5(c) => Backbone::T5(t5::load(vb, c)?),
-            BackboneConfig::NomicBert(c) => Backbone::NomicBert(nomic_bert::load(vb, c)?),
-        })
+/// The first token of each sequence of `hidden` [tokens, width], as a [sequences, width]
+/// tensor (what a pooler or a classification head over [CLS] reads).
+pub(crate) fn first_tokens(hidden: &[f32], width: usize, batch: &Batch) -> candle_core::Result<Tensor> {
+    let mut rows = Vec::with_capacity(batch.len() * width);
+    for i in 0..batch.len() {
+        let start = batch.bounds[i] * width;
+        let row = hidden
+            .get(start..start + width)
+            .ok_or_else(|| candle_core::Error::Msg(format!("sequence {i} has no tokens")))?;
+        rows.extend_from_slice(row);
     }
-
-    /// ids, type_ids, mask: [batch, seq] u32. Returns [batch, seq, hidden] f32.
-    pub fn forward(&self, ids: &Tensor, type_ids: &Tensor, mask: &Tensor) -> candle_core::Result<Tensor> {
-        match self {
-            Backbone::Bert(m) => m.forward(ids, type_ids, mask),
-            Backbone::Roberta(m) => m.forward(ids, type_ids, mask),
-            Backbone::DistilBert(m) => m.forward(ids, type_ids, mask),
-            Backbone::Electra(m) => m.forward(ids, type_ids, mask),
-            Backbone::DebertaV2(m) => m.forward(ids, type_ids, mask),
-            Backbone::ModernBert(m) => m.forward(ids, type_ids, mask),
-            Backbone::Mpnet(m) => m.forward(ids, type_ids, mask),
-            Backbone::ClipText(m) => m.forward(ids, type_ids, mask),
-            Backbone::T5(m) => m.forward(ids, type_ids, mask),
-            Backbone::NomicBert(m) => m.forward(ids, type_ids, mask),
-        }
-    }
-
-    /// Width of the pooler output (`pooling: "pooler"`): a CLIP text tower's projection_dim
-    /// when the checkpoint has `text_projection` (else its hidden size, as transformers'
-    /// CLIPTextModel pools), the hidden size elsewhere.
-    pub fn pooler_size(&self, cfg: &BackboneConfig) -> usize {
-        match self {
-            Backbone::ClipText(m) => m.pooled_size(),
-            _ => cfg.hidden_size(),
-        }
-    }
-
-    /// Whether the checkpoint carries a pooler (transformers' `pooler_output`).
-    pub fn has_pooler(&self) -> bool {
-        match self {
-            Backbone::Bert(m) => m.has_pooler(),
-            Backbone::Mpnet(m) => m.has_pooler(),
-            Backbone::ClipText(_) => true,
-            _ => false,
-        }
-    }
-
-    /// The pooler output [batch, pooler size] from `forward`'s hidden states and the input
-    /// ids, if there is a pooler.
-    pub fn pooler(&self, hidden: &Tensor, ids: &Tensor) -> candle_core::Result<Option<Tensor>> {
-        match self {
-            Backbone::Bert(m) => m.pooler(hidden),
-            Backbone::Mpnet(m) => m.pooler(hidden),
-            Backbone::ClipText(m) => m.pooler(hidden, ids),
-            _ => Ok(None),
-        }
-    }
+    Tensor::from_vec(rows, (batch.len(), width), &candle_core::Device::Cpu)
 }

@@ -219,3 +219,28 @@ impl Model {
         self.inner.forward(ids, mask)
     }
 }
+
+impl super::Config for Config {
+    fn hidden_size(&self) -> usize {
+        self.hidden_size
+    }
+    fn max_position_embeddings(&self) -> usize {
+        self.max_position_embeddings
+    }
+    fn vocab_size(&self) -> usize {
+        self.vocab_size
+    }
+    fn pad_token_id(&self) -> u32 {
+        self.pad_token_id
+    }
+    fn load(&self, vb: VarBuilder) -> Result<Box<dyn super::Model>> {
+        Ok(Box::new(load(vb, self)?))
+    }
+}
+
+impl super::Model for Model {
+    /// One sequence at a time through the padded forward pass.
+    fn forward(&self, batch: &super::Batch) -> candle_core::Result<Vec<f32>> {
+        super::one_by_one(batch, |ids, types, mask| Model::forward(self, ids, types, mask))
+    }
+}

@@ -3,7 +3,7 @@
 //! to the attention scores, as transformers' `MPNetModel` computes it. candle-transformers
 //! has no MPNet; the shared BERT-family encoder carries it.
 
-use candle_core::{Module, Tensor};
+use candle_core::Tensor;
 use candle_nn::{Embedding, Linear, VarBuilder};
 use serde::{Deserialize, Serialize};
 
@@ -11,6 +11,8 @@ use super::encoder::{
     bad_weights, check_buckets, relative_position_bias, renamed, with_prefix, Encoder, Positions, Spec,
 };
 use crate::error::Result;
+
+use super::Batch;
 
 /// `transformers.MPNetConfig`
 /// (https://huggingface.co/docs/transformers/model_doc/mpnet#transformers.MPNetConfig);
@@ -91,17 +93,13 @@ pub struct Model {
     encoder: Encoder,
     relative_attention_bias: Embedding,
     buckets: usize,
-    pooler: Option<Linear>,
+    pooler: Option<(Linear, usize)>,
 }
 
 pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
     check_buckets(cfg.relative_attention_num_buckets, MAX_DISTANCE)?;
     let vb = with_prefix(vb, &["", "mpnet."], "embeddings.word_embeddings.weight");
-    let pooler = vb
-        .contains_tensor("pooler.dense.weight")
-        .then(|| candle_nn::linear(cfg.hidden_size, cfg.hidden_size, vb.pp("pooler.dense")))
-        .transpose()
-        .map_err(bad_weights)?;
+    let pooler = super::bert::load_pooler(&vb, cfg.hidden_size)?;
     let relative_attention_bias = candle_nn::embedding(
         cfg.relative_attention_num_buckets,
         cfg.num_attention_heads,
@@ -137,26 +135,47 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
     })
 }
 
-impl Model {
-    pub fn forward(&self, ids: &Tensor, type_ids: &Tensor, mask: &Tensor) -> candle_core::Result<Tensor> {
+impl super::Config for Config {
+    fn hidden_size(&self) -> usize {
+        self.hidden_size
+    }
+    // RoBERTa-style positions: the first pad_token_id + 1 are never used by text.
+    fn max_position_embeddings(&self) -> usize {
+        self.max_position_embeddings.saturating_sub(self.pad_token_id as usize + 1)
+    }
+    fn vocab_size(&self) -> usize {
+        self.vocab_size
+    }
+    fn pad_token_id(&self) -> u32 {
+        self.pad_token_id
+    }
+    fn load(&self, vb: VarBuilder) -> Result<Box<dyn super::Model>> {
+        Ok(Box::new(load(vb, self)?))
+    }
+}
+
+impl super::Model for Model {
+    fn forward(&self, batch: &Batch) -> candle_core::Result<Vec<f32>> {
+        let longest = batch.lengths().into_iter().max().unwrap_or(0);
         let bias = relative_position_bias(
             &self.relative_attention_bias,
-            ids.dim(1)?,
+            longest,
             self.buckets,
             MAX_DISTANCE,
-            ids.device(),
-        )?;
-        self.encoder.forward_with_bias(ids, type_ids, mask, Some(&bias))
+            &candle_core::Device::Cpu,
+        )?
+        .flatten_all()?
+        .to_vec1::<f32>()?;
+        self.encoder.forward_with_bias(batch, Some((&bias, longest)))
     }
 
-    pub fn has_pooler(&self) -> bool {
-        self.pooler.is_some()
+    fn pooler_size(&self) -> Option<usize> {
+        self.pooler.as_ref().map(|(_, width)| *width)
     }
 
     /// transformers' `MPNetPooler`: tanh(dense(hidden[:, 0])).
-    pub fn pooler(&self, hidden: &Tensor) -> candle_core::Result<Option<Tensor>> {
-        use candle_core::IndexOp;
-        self.pooler.as_ref().map(|dense| dense.forward(&hidden.i((.., 0))?)?.tanh()).transpose()
+    fn pooler(&self, hidden: &[f32], batch: &Batch) -> candle_core::Result<Option<Tensor>> {
+        super::bert::tanh_pooler(self.pooler.as_ref(), hidden, batch)
     }
 }
 

@@ -1,7 +1,6 @@
 //! RoBERTa and XLM-RoBERTa (multilingual-e5, bge-m3's dense part, paraphrase-multilingual-*):
 //! the BERT-family encoder with positions numbered after the padding index.
 
-use candle_core::Tensor;
 use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
@@ -36,8 +35,27 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
     Ok(Model { encoder: Encoder::load(vb, &spec)? })
 }
 
-impl Model {
-    pub fn forward(&self, ids: &Tensor, type_ids: &Tensor, mask: &Tensor) -> candle_core::Result<Tensor> {
-        self.encoder.forward(ids, type_ids, mask)
+impl super::Config for Config {
+    fn hidden_size(&self) -> usize {
+        self.bert.hidden_size
+    }
+    fn max_position_embeddings(&self) -> usize {
+        // RoBERTa's first padding_idx + 1 positions are never used by text.
+        self.bert.max_position_embeddings.saturating_sub(self.pad_token_id as usize + 1)
+    }
+    fn vocab_size(&self) -> usize {
+        self.bert.vocab_size
+    }
+    fn pad_token_id(&self) -> u32 {
+        self.pad_token_id
+    }
+    fn load(&self, vb: VarBuilder) -> Result<Box<dyn super::Model>> {
+        Ok(Box::new(load(vb, self)?))
+    }
+}
+
+impl super::Model for Model {
+    fn forward(&self, batch: &super::Batch) -> candle_core::Result<Vec<f32>> {
+        self.encoder.forward(batch)
     }
 }

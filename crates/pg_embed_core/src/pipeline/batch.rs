@@ -1,0 +1,98 @@
+//! Batching, written once for every entry point: inputs grouped by length, packed end to
+//! end, run on the compute threads with an interrupt check between batches.
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use super::Stats;
+use crate::error::{Error, Result};
+use crate::models::Batch;
+
+impl Stats {
+    /// One call of an entry point with `inputs` inputs of `tokens` tokens in all.
+    pub(super) fn count_call(&self, inputs: usize, tokens: usize) {
+        self.calls.fetch_add(1, Relaxed);
+        self.inputs.fetch_add(inputs as u64, Relaxed);
+        self.tokens.fetch_add(tokens as u64, Relaxed);
+    }
+}
+
+/// `run` over the inputs (of `lengths` tokens) in length-grouped batches of at most
+/// `max_batch_tokens` padded-equivalent tokens (see [`length_batches`]), each on `threads`
+/// compute threads, with `before_batch` on the calling thread before each (interrupt
+/// checks); one result per input, in input order.
+pub(super) fn in_batches<T: Send>(
+    lengths: &[usize],
+    max_batch_tokens: usize,
+    threads: usize,
+    before_batch: &mut dyn FnMut() -> Result<()>,
+    run: impl Fn(&[usize]) -> Result<Vec<T>> + Sync,
+) -> Result<Vec<T>> {
+    let mut out: Vec<Option<T>> = std::iter::repeat_with(|| None).take(lengths.len()).collect();
+    for batch in length_batches(lengths, max_batch_tokens) {
+        before_batch()?;
+        let results = crate::threads::run(threads, || run(&batch))??;
+        for (i, r) in batch.into_iter().zip(results) {
+            out[i] = Some(r);
+        }
+    }
+    out.into_iter()
+        .map(|r| r.ok_or_else(|| Error::Inference("a batch returned fewer results than inputs".into())))
+        .collect()
+}
+
+/// Encoded inputs laid end to end: what [`Batch`] borrows, and each input's pooling skip.
+pub(super) struct Packed {
+    pub(super) ids: Vec<u32>,
+    pub(super) type_ids: Vec<u32>,
+    pub(super) bounds: Vec<usize>,
+    pub(super) skips: Vec<usize>,
+}
+
+impl Packed {
+    /// Rows of (token ids, token type ids if any, pooling skip).
+    pub(super) fn of(rows: &[(&[u32], Option<&[u32]>, usize)]) -> Self {
+        let tokens = rows.iter().map(|(ids, _, _)| ids.len()).sum();
+        let mut packed = Packed {
+            ids: Vec::with_capacity(tokens),
+            type_ids: Vec::with_capacity(tokens),
+            bounds: Vec::with_capacity(rows.len() + 1),
+            skips: Vec::with_capacity(rows.len()),
+        };
+        packed.bounds.push(0);
+        for (ids, types, skip) in rows {
+            packed.ids.extend_from_slice(ids);
+            match types {
+                Some(types) if types.len() == ids.len() => packed.type_ids.extend_from_slice(types),
+                _ => packed.type_ids.extend(std::iter::repeat_n(0, ids.len())),
+            }
+            packed.bounds.push(packed.ids.len());
+            packed.skips.push(*skip);
+        }
+        packed
+    }
+
+    pub(super) fn batch(&self) -> Batch<'_> {
+        Batch { ids: &self.ids, type_ids: &self.type_ids, bounds: &self.bounds }
+    }
+}
+
+/// Input indices grouped into batches by length: sorted by token count (ties in input
+/// order), each batch as large as fits `max_batch_tokens` padded tokens (count x its
+/// longest), at least one input each.
+pub fn length_batches(lengths: &[usize], max_batch_tokens: usize) -> Vec<Vec<usize>> {
+    let mut order: Vec<usize> = (0..lengths.len()).collect();
+    order.sort_by_key(|&i| lengths[i]);
+    let mut batches: Vec<Vec<usize>> = Vec::new();
+    let mut current: Vec<usize> = Vec::new();
+    for i in order {
+        // Sorted ascending: the newest input is the batch's longest.
+        if !current.is_empty() && (current.len() + 1) * lengths[i] > max_batch_tokens {
+            batches.push(std::mem::take(&mut current));
+        }
+        current.push(i);
+    }
+    if !current.is_empty() {
+        batches.push(current);
+    }
+    batches
+}

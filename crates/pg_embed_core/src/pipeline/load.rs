@@ -1,0 +1,291 @@
+//! Loading a pipeline: the model folder's files and the options resolved into the stages
+//! (text input, backbone, pooling or classification head, projection heads, output).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use candle_core::Device;
+use tokenizers::{PostProcessor, TruncationParams};
+
+use super::text::{check_token_ids, load_tokenizer, prompt_length, tokenizer_max_length};
+use super::{known_prompts, Pipeline, PipelineInfo, Prompt, Stats};
+use crate::classifier::{Classifier, HeadConfig};
+use crate::error::{Error, Result};
+use crate::heads::Dense;
+use crate::models::BackboneConfig;
+use crate::options::{LongInput, Options};
+use crate::pooling::PoolingMode;
+use crate::st::Layout;
+
+impl Pipeline {
+    /// Loads a model directory (sentence-transformers or plain Hugging Face layout).
+    /// Head files named in the options must lie inside `dir`.
+    pub fn load(dir: &Path, options: &Options) -> Result<Self> {
+        Self::load_within(dir, dir, options)
+    }
+
+    /// As [`Pipeline::load`], with head files allowed anywhere inside `root`
+    /// (pg_embed.model_dir); relative head paths are relative to `dir`.
+    pub fn load_within(root: &Path, dir: &Path, options: &Options) -> Result<Self> {
+        crate::threads::fix_mmap_threshold();
+        let layout = Layout::read(dir)?;
+        let bdir = layout.backbone_dir.as_path();
+
+        let config_path = bdir.join("config.json");
+        let config_bytes = std::fs::read(&config_path).map_err(|e| Error::io(&config_path, e))?;
+        let config = BackboneConfig::parse(&config_path, &config_bytes)?;
+        let head_config: HeadConfig =
+            serde_json::from_slice(&config_bytes).map_err(|e| Error::invalid_file(&config_path, e))?;
+        let classify = match options.task.as_deref() {
+            Some("embed") => false,
+            Some("classify") => true,
+            None => head_config.classification_architecture().is_some(),
+            Some(other) => {
+                return Err(Error::InvalidOptions(format!(
+                    "unknown task \"{other}\"; expected embed or classify"
+                )))
+            }
+        };
+        if classify {
+            let embedding_only = [
+                ("pooling", options.pooling.is_some()),
+                ("normalize", options.normalize.is_some()),
+                ("dimensions", options.dimensions.is_some()),
+                ("heads", options.heads.is_some()),
+                ("prompt", options.prompt.is_some()),
+                ("prompts", options.prompts.is_some()),
+                ("include_prompt", options.include_prompt.is_some()),
+                ("long_input: mean_of_chunks", options.long_input == Some(LongInput::MeanOfChunks)),
+            ];
+            if let Some((key, _)) = embedding_only.iter().find(|(_, set)| *set) {
+                return Err(Error::InvalidOptions(format!(
+                    "option \"{key}\" applies to embedding models; this one is a classifier (add \"task\": \"embed\" to embed with its backbone)"
+                )));
+            }
+        }
+
+        if let Some(module) = &layout.pooling {
+            if let Some(dim) = module.dimension.filter(|d| *d != config.hidden_size()) {
+                return Err(Error::invalid_file(
+                    &module.path,
+                    format!(
+                        "word_embedding_dimension {dim} does not match the backbone's hidden_size {}",
+                        config.hidden_size()
+                    ),
+                ));
+            }
+        }
+        let (pooling, pooling_from) = match (&options.pooling, &layout.pooling) {
+            // A classifier's head does its own pooling.
+            _ if classify => (Vec::new(), "none (the classification head pools)".to_string()),
+            (Some(spec), _) => (parse_pooling(&spec.to_vec())?, "options".to_string()),
+            (None, Some(module)) => (module.modes.clone(), module.path.display().to_string()),
+            (None, None) => {
+                (vec![config.default_pooling()], "default (no sentence-transformers Pooling module)".into())
+            }
+        };
+        let normalize = options.normalize.unwrap_or(layout.normalize) && !classify;
+
+        let mut tokenizer = load_tokenizer(&bdir.join("tokenizer.json"))?;
+        let (pad_id, pad_file) = match tokenizer.get_padding() {
+            Some(p) => (p.pad_id, "tokenizer.json"),
+            None => (config.pad_token_id(), "config.json"),
+        };
+        let max_positions = config.max_position_embeddings();
+        let max_length = match options.max_length {
+            Some(n) if n > max_positions => {
+                return Err(Error::InvalidOptions(format!(
+                    "max_length {n} exceeds the model's max_position_embeddings {max_positions}"
+                )))
+            }
+            Some(n) => n,
+            // sentence-transformers: sentence_bert_config.json's max_seq_length, else the
+            // tokenizer's model_max_length (where 6.x saves it), capped by the positions.
+            None => layout
+                .transformer
+                .max_seq_length
+                .or(tokenizer_max_length(&bdir.join("tokenizer_config.json"))?)
+                .unwrap_or(max_positions)
+                .min(max_positions),
+        };
+        let specials = tokenizer.get_post_processor().map(|p| p.added_tokens(false)).unwrap_or(0);
+        if max_length <= specials {
+            return Err(Error::InvalidOptions(format!(
+                "max_length {max_length} leaves no room for text after {specials} special tokens"
+            )));
+        }
+        // sentence-transformers ignores the padding and truncation stored in tokenizer.json:
+        // it pads per batch and truncates at max_seq_length.
+        tokenizer.with_padding(None);
+        let mut untruncated = tokenizer.clone();
+        untruncated.with_truncation(None).map_err(|e| Error::invalid_file(bdir.join("tokenizer.json"), e))?;
+        tokenizer
+            .with_truncation(Some(TruncationParams { max_length, ..Default::default() }))
+            .map_err(|e| Error::invalid_file(bdir.join("tokenizer.json"), e))?;
+
+        let device = Device::Cpu;
+        let (vb, parameters) = crate::weights::load_weights(bdir, &device)?;
+        let classifier = if classify {
+            let Some(architecture) = head_config.classification_architecture() else {
+                return Err(Error::InvalidOptions(format!(
+                    "task \"classify\" needs a *ForSequenceClassification checkpoint; {} names architectures {:?}",
+                    config_path.display(),
+                    head_config.architectures
+                )));
+            };
+            Some(
+                Classifier::load(&vb, architecture, &head_config, config.architecture(), config.hidden_size())
+                    .map_err(|e| e.in_dir(bdir))?,
+            )
+        } else {
+            None
+        };
+        let backbone = config.load(vb).map_err(|e| e.in_dir(bdir))?;
+        // A pad id out of the vocabulary is a broken model (transformers would fail on
+        // every padded batch), though pg_embed's packed batches never pad.
+        if pad_id as usize >= config.vocab_size() {
+            return Err(Error::invalid_file(
+                bdir.join(pad_file),
+                format!("pad_token_id {pad_id} is not below vocab_size {}", config.vocab_size()),
+            ));
+        }
+        check_token_ids(&tokenizer, config.vocab_size(), &bdir.join("tokenizer.json"))?;
+        if classifier.as_ref().is_some_and(Classifier::needs_pooler) && backbone.pooler_size().is_none() {
+            return Err(Error::invalid_file(
+                bdir.join("model.safetensors"),
+                "the classifier needs the pooler, which the checkpoint lacks",
+            ));
+        }
+        if pooling.contains(&PoolingMode::Pooler) && backbone.pooler_size().is_none() {
+            return Err(Error::InvalidOptions(format!(
+                "pooling mode \"pooler\" needs the backbone's pooler, and {} has no pooler weights",
+                bdir.join("model.safetensors").display()
+            )));
+        }
+
+        let mut heads = Vec::with_capacity(layout.dense.len());
+        let pooler_size = backbone.pooler_size().unwrap_or(config.hidden_size());
+        let mut dim: usize = pooling
+            .iter()
+            .map(|m| if *m == PoolingMode::Pooler { pooler_size } else { config.hidden_size() })
+            .sum();
+        // A classifier ends in its head: sentence-transformers' Dense modules do not apply.
+        for folder in layout.dense.iter().filter(|_| !classify) {
+            let head = Dense::load(folder)?;
+            if head.in_features != dim {
+                return Err(Error::invalid_file(
+                    folder.join("config.json"),
+                    format!(
+                        "in_features {} does not match the previous stage's output dimension {dim}",
+                        head.in_features
+                    ),
+                ));
+            }
+            dim = head.out_features;
+            heads.push(head);
+        }
+        for (index, spec) in options.heads.iter().flatten().enumerate() {
+            let file = crate::source::resolve_file(root, dir, &spec.path, "head file")?;
+            let head = Dense::from_spec(spec, &file, index, dim)?;
+            dim = head.out_features;
+            heads.push(head);
+        }
+        let dimensions = match options.dimensions {
+            Some(0) => return Err(Error::InvalidOptions("dimensions must be at least 1".into())),
+            Some(n) if n > dim => {
+                return Err(Error::InvalidOptions(format!(
+                    "dimensions {n} exceeds the model's output dimension {dim}"
+                )))
+            }
+            other => other,
+        };
+        let normalize_after_truncation = dimensions.is_some() && options.normalize == Some(true);
+
+        // Prompts: the model's own, then the options' (which win); "" means no prompt.
+        let mut prompt_texts = layout.prompts.prompts.clone();
+        prompt_texts.extend(options.prompts.clone().unwrap_or_default());
+        let include_prompt =
+            options.include_prompt.or(layout.pooling.as_ref().map(|p| p.include_prompt)).unwrap_or(true);
+        let lowercase = layout.transformer.do_lower_case;
+        let mut prompts = BTreeMap::new();
+        for (name, text) in &prompt_texts {
+            let length = prompt_length(&tokenizer, lowercase, text)?;
+            prompts.insert(name.clone(), Prompt { text: text.clone(), length });
+        }
+        let default_prompt = match (&options.prompt, &layout.prompts.default_prompt_name) {
+            (Some(name), _) => Some(name.clone()),
+            (None, Some(name)) => Some(name.clone()),
+            (None, None) => None,
+        };
+        if let Some(name) = &default_prompt {
+            if !name.is_empty() && !prompts.contains_key(name) {
+                return Err(Error::UnknownPrompt { name: name.clone(), known: known_prompts(&prompt_texts) });
+            }
+        }
+
+        let info = PipelineInfo {
+            task: if classifier.is_some() { "classify" } else { "embed" },
+            classifier: classifier.as_ref().map(Classifier::describe),
+            labels: classifier.as_ref().map(|c| c.labels.clone()),
+            problem_type: classifier.as_ref().map(|c| c.problem),
+            architecture: config.architecture(),
+            backbone: config.summary(),
+            parameters: parameters + heads.iter().map(Dense::parameters).sum::<usize>(),
+            pooling: pooling.clone(),
+            pooling_from,
+            heads: heads.iter().map(Dense::describe).collect(),
+            normalize,
+            dimensions,
+            normalize_after_truncation,
+            dim: classifier.as_ref().map_or(dimensions.unwrap_or(dim), |c| c.labels.len()),
+            max_length,
+            lowercase,
+            prompts: prompt_texts,
+            default_prompt: default_prompt.clone(),
+            include_prompt,
+            long_input: options.long_input.unwrap_or_default(),
+            directory: dir.to_path_buf(),
+        };
+        Ok(Pipeline {
+            tokenizer,
+            untruncated,
+            long_input: options.long_input.unwrap_or_default(),
+            stats: Stats::default(),
+            backbone,
+            hidden_size: config.hidden_size(),
+            classifier,
+            heads,
+            pooling,
+            normalize,
+            dimensions,
+            normalize_after_truncation,
+            lowercase,
+            prompts,
+            default_prompt,
+            include_prompt,
+            device,
+            info,
+        })
+    }
+}
+
+fn parse_pooling(names: &[String]) -> Result<Vec<PoolingMode>> {
+    if names.is_empty() {
+        return Err(Error::InvalidOptions("pooling must name at least one mode".into()));
+    }
+    let mut modes = Vec::with_capacity(names.len());
+    for n in names {
+        let mode = PoolingMode::parse(n).ok_or_else(|| {
+            Error::InvalidOptions(format!(
+                "unknown pooling mode \"{n}\"; expected one of {}",
+                PoolingMode::NAMES
+            ))
+        })?;
+        if modes.contains(&mode) {
+            return Err(Error::InvalidOptions(format!("pooling mode \"{n}\" is listed twice")));
+        }
+        modes.push(mode);
+    }
+    // Concatenated in the order listed, as sentence-transformers 6.x's Pooling(pooling_mode=[...]).
+    Ok(modes)
+}

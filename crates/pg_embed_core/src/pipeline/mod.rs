@@ -1,0 +1,468 @@
+//! The embedding pipeline of one model, mirroring sentence-transformers' modules.json:
+//! tokenizer -> backbone -> pooling -> (projection heads) -> normalize.
+//! Plain Rust: no pgrx here.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use candle_core::{Device, Tensor};
+use serde::Serialize;
+use tokenizers::{PostProcessor, Tokenizer};
+
+use crate::classifier::{Classifier, Problem};
+use crate::error::{Error, Result};
+use crate::heads::Dense;
+use crate::models::{Batch, Model};
+use crate::options::LongInput;
+use crate::pooling::{self, PoolingMode};
+
+mod batch;
+mod load;
+mod text;
+#[cfg(test)]
+mod tests;
+
+use batch::{in_batches, Packed};
+pub use batch::length_batches;
+use text::encode;
+
+/// What `embed.model_info` shows: the pipeline as resolved from files and options.
+#[derive(Debug, Clone, Serialize)]
+pub struct PipelineInfo {
+    /// "embed" or "classify".
+    pub task: &'static str,
+    /// Classifiers: the head, labels in output order, and how scores come from logits.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub classifier: Option<serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub labels: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub problem_type: Option<Problem>,
+    pub architecture: &'static str,
+    pub backbone: serde_json::Value,
+    pub parameters: usize,
+    pub pooling: Vec<PoolingMode>,
+    /// Where the pooling came from: a file, "options", or the default.
+    pub pooling_from: String,
+    pub heads: Vec<serde_json::Value>,
+    /// Whether the output is L2-normalised (the Normalize module, or options).
+    pub normalize: bool,
+    /// Matryoshka truncation (`options.dimensions`), if any.
+    pub dimensions: Option<usize>,
+    /// Whether the truncated output is L2-normalised again (`normalize: true` with `dimensions`).
+    pub normalize_after_truncation: bool,
+    pub dim: usize,
+    pub max_length: usize,
+    pub lowercase: bool,
+    pub prompts: BTreeMap<String, String>,
+    pub default_prompt: Option<String>,
+    pub include_prompt: bool,
+    pub long_input: LongInput,
+    pub directory: PathBuf,
+}
+
+/// Work done with a pipeline since it was loaded (what `embed.loaded_models()` shows).
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Calls of embed / classify entry points.
+    pub calls: AtomicU64,
+    /// Inputs (texts or pairs) received.
+    pub inputs: AtomicU64,
+    /// Tokens run through the backbone (special tokens included, padding not).
+    pub tokens: AtomicU64,
+    /// Inputs cut at max_length.
+    pub truncated: AtomicU64,
+    /// Inputs longer than max_length embedded as the mean of their chunks.
+    pub chunked: AtomicU64,
+    /// Batches run through the backbone.
+    pub forward_passes: AtomicU64,
+}
+
+/// Inputs prepared for the backbone: rows of (token ids, pooling skip), and how many
+/// consecutive rows each input spans (more than one for an input embedded as the mean of
+/// its chunks).
+struct Prepared {
+    rows: Vec<(Vec<u32>, usize)>,
+    spans: Vec<usize>,
+}
+
+/// A named prompt and how many of its tokens pooling leaves out when
+/// `include_prompt` is false.
+struct Prompt {
+    text: String,
+    length: usize,
+}
+
+pub struct Pipeline {
+    tokenizer: Tokenizer,
+    /// The same tokenizer without truncation: token counts and offsets of whole texts.
+    untruncated: Tokenizer,
+    long_input: LongInput,
+    stats: Stats,
+    backbone: Box<dyn Model>,
+    hidden_size: usize,
+    /// The classification head, for task "classify".
+    classifier: Option<Classifier>,
+    heads: Vec<Dense>,
+    pooling: Vec<PoolingMode>,
+    normalize: bool,
+    dimensions: Option<usize>,
+    normalize_after_truncation: bool,
+    lowercase: bool,
+    prompts: BTreeMap<String, Prompt>,
+    default_prompt: Option<String>,
+    include_prompt: bool,
+    device: Device,
+    info: PipelineInfo,
+}
+
+impl Pipeline {
+    pub fn info(&self) -> &PipelineInfo {
+        &self.info
+    }
+
+    pub fn dim(&self) -> usize {
+        self.info.dim
+    }
+
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Token ids for one input, exactly as sentence-transformers tokenizes it.
+    pub fn tokenize(&self, text: &str) -> Result<Vec<u32>> {
+        Ok(encode(&self.tokenizer, self.lowercase, text)?.0)
+    }
+
+    /// Tokens of `text` with special tokens, not truncated.
+    fn count_tokens(&self, text: &str) -> Result<usize> {
+        Ok(encode(&self.untruncated, self.lowercase, text)?.0.len())
+    }
+
+    /// `text` split into chunks of at most `max_tokens` tokens of this model's tokenizer
+    /// (special tokens not counted), consecutive chunks sharing about `overlap` tokens;
+    /// see [`crate::chunk::split`].
+    pub fn chunk(&self, text: &str, max_tokens: usize, overlap: usize) -> Result<Vec<crate::chunk::Chunk>> {
+        if max_tokens == 0 {
+            return Err(Error::InvalidArgument { what: "max_tokens", reason: "it must be at least 1".into() });
+        }
+        if overlap >= max_tokens {
+            return Err(Error::InvalidArgument {
+                what: "overlap",
+                reason: format!("{overlap} must be less than max_tokens {max_tokens}"),
+            });
+        }
+        let enc = self.untruncated.encode(text, false).map_err(|e| Error::Tokenize(e.to_string()))?;
+        Ok(crate::chunk::split(text, enc.get_offsets(), max_tokens, overlap))
+    }
+
+    /// The prompt text for `name`: `None` is the default prompt, `Some("")` no prompt.
+    fn prompt(&self, name: Option<&str>) -> Result<Option<&Prompt>> {
+        let Some(name) = name.or(self.default_prompt.as_deref()).filter(|n| !n.is_empty()) else {
+            return Ok(None);
+        };
+        match self.prompts.get(name) {
+            Some(p) if p.text.is_empty() => Ok(None),
+            Some(p) => Ok(Some(p)),
+            None => Err(Error::UnknownPrompt { name: name.into(), known: known_prompts(&self.info.prompts) }),
+        }
+    }
+
+    /// Token ids of one input with a prompt (as [`Pipeline::embed_with_prompt`] takes it),
+    /// and how many leading tokens pooling leaves out.
+    pub fn tokenize_with_prompt(&self, text: &str, prompt_name: Option<&str>) -> Result<(Vec<u32>, usize)> {
+        let (ids, skip, _) = self.encode_prompted(text, self.prompt(prompt_name)?)?;
+        Ok((ids, skip))
+    }
+
+    /// sentence-transformers prepends the prompt to the text before tokenizing; with
+    /// include_prompt false, pooling leaves out the prompt's tokens ([CLS] included).
+    /// Also whether the input was cut at max_length.
+    fn encode_prompted(&self, text: &str, prompt: Option<&Prompt>) -> Result<(Vec<u32>, usize, bool)> {
+        match prompt {
+            None => {
+                let (ids, cut) = encode(&self.tokenizer, self.lowercase, text)?;
+                Ok((ids, 0, cut))
+            }
+            Some(p) => {
+                let (ids, cut) = encode(&self.tokenizer, self.lowercase, &format!("{}{text}", p.text))?;
+                Ok((ids, if self.include_prompt { 0 } else { p.length }, cut))
+            }
+        }
+    }
+
+    /// Embeds a batch of inputs with the default prompt: one vector per input, in input order.
+    pub fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
+        self.embed_with_prompt(texts, None)
+    }
+
+    /// Embeds a batch of inputs with a named prompt prepended to each, as
+    /// sentence-transformers' `encode(..., prompt_name=...)` does: `None` is the default
+    /// prompt (if any), `Some("")` no prompt.
+    pub fn embed_with_prompt(&self, texts: &[&str], prompt_name: Option<&str>) -> Result<Vec<Vec<f32>>> {
+        let prepared = self.prepare(texts, prompt_name)?;
+        let vectors = self.embed_encoded(&prepared.rows)?;
+        Ok(self.combine(vectors, &prepared.spans))
+    }
+
+    /// Embeds many inputs (default prompt) in batches of at most `max_batch_tokens` padded
+    /// tokens (a longer single input is its own batch), grouped by length so padding stays
+    /// small, each computed on `threads` threads; `before_batch` runs on the calling thread
+    /// before each batch (interrupt checks). One vector per input, in input order.
+    pub fn embed_batched(
+        &self,
+        texts: &[&str],
+        max_batch_tokens: usize,
+        threads: usize,
+        mut before_batch: impl FnMut() -> Result<()>,
+    ) -> Result<Vec<Vec<f32>>> {
+        let prepared = self.prepare(texts, None)?;
+        let encoded = &prepared.rows;
+        let lengths: Vec<usize> = encoded.iter().map(|(ids, _)| ids.len()).collect();
+        let out = in_batches(&lengths, max_batch_tokens, threads, &mut before_batch, |batch| {
+            let rows: Vec<(Vec<u32>, usize)> = batch.iter().map(|&i| encoded[i].clone()).collect();
+            self.embed_encoded(&rows)
+        })?;
+        Ok(self.combine(out, &prepared.spans))
+    }
+
+    /// Token ids and the pooling skip of each input with the named prompt (see
+    /// `embed_with_prompt`), an input longer than max_length handled as `long_input` says.
+    fn prepare(&self, texts: &[&str], prompt_name: Option<&str>) -> Result<Prepared> {
+        if self.classifier.is_some() {
+            return Err(Error::WrongTask { task: "classify", call: "embed" });
+        }
+        let prompt = self.prompt(prompt_name)?;
+        let mut prepared = Prepared { rows: Vec::with_capacity(texts.len()), spans: Vec::with_capacity(texts.len()) };
+        let (mut truncated, mut chunked) = (0, 0);
+        for text in texts {
+            let (ids, skip, cut) = self.encode_prompted(text, prompt)?;
+            if cut {
+                match self.long_input {
+                    LongInput::Truncate => truncated += 1,
+                    LongInput::Error => {
+                        let full = prompt.map_or_else(|| text.to_string(), |p| format!("{}{text}", p.text));
+                        return Err(Error::InputTooLong {
+                            tokens: self.count_tokens(&full)?,
+                            max_length: self.info.max_length,
+                        });
+                    }
+                    LongInput::MeanOfChunks => {
+                        // Each chunk gets the prompt and the special tokens around it.
+                        let overhead = self.encode_prompted("", prompt)?.0.len();
+                        let budget = self.info.max_length.saturating_sub(overhead).max(1);
+                        let chunks = self.chunk(text, budget, 0)?;
+                        for c in &chunks {
+                            let (ids, skip, _) = self.encode_prompted(&text[c.bytes.clone()], prompt)?;
+                            prepared.rows.push((ids, skip));
+                        }
+                        prepared.spans.push(chunks.len());
+                        chunked += 1;
+                        continue;
+                    }
+                }
+            }
+            prepared.rows.push((ids, skip));
+            prepared.spans.push(1);
+        }
+        let tokens: usize = prepared.rows.iter().map(|(ids, _)| ids.len()).sum();
+        self.stats.count_call(texts.len(), tokens);
+        self.stats.truncated.fetch_add(truncated, Relaxed);
+        self.stats.chunked.fetch_add(chunked, Relaxed);
+        Ok(prepared)
+    }
+
+    /// One vector per input from one per row: an input spanning several rows (its chunks)
+    /// gets their mean, L2-normalised again when the pipeline's output is normalised.
+    fn combine(&self, vectors: Vec<Vec<f32>>, spans: &[usize]) -> Vec<Vec<f32>> {
+        if spans.iter().all(|&n| n == 1) {
+            return vectors;
+        }
+        let unit = self.normalize && (self.dimensions.is_none() || self.normalize_after_truncation);
+        let mut rows = vectors.into_iter();
+        spans
+            .iter()
+            .map(|&n| {
+                let mut parts = rows.by_ref().take(n);
+                let mut mean = parts.next().unwrap_or_default();
+                for v in parts {
+                    mean.iter_mut().zip(&v).for_each(|(m, x)| *m += x);
+                }
+                mean.iter_mut().for_each(|m| *m /= n as f32);
+                if unit {
+                    let norm = mean.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
+                    mean.iter_mut().for_each(|m| *m /= norm);
+                }
+                mean
+            })
+            .collect()
+    }
+
+    /// One batch of encoded inputs through backbone, pooling, heads, normalize.
+    fn embed_encoded(&self, encoded: &[(Vec<u32>, usize)]) -> Result<Vec<Vec<f32>>> {
+        if encoded.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.stats.forward_passes.fetch_add(1, Relaxed);
+        let rows: Vec<(&[u32], Option<&[u32]>, usize)> =
+            encoded.iter().map(|(ids, skip)| (ids.as_slice(), None, *skip)).collect();
+        let packed = Packed::of(&rows);
+        let batch = packed.batch();
+        let hidden = self.backbone.forward(&batch).map_err(Error::inference)?;
+        let pooler = if self.pooling.contains(&PoolingMode::Pooler) { self.pooler(&hidden, &batch)? } else { None };
+        let sequences = pooling::Sequences { bounds: &packed.bounds, skips: &packed.skips };
+        let pooled = pooling::pool(&hidden, self.hidden_size, sequences, &self.pooling, pooler.as_deref())
+            .map_err(Error::Inference)?;
+        let mut out = self.apply_heads(pooled)?;
+        if self.normalize {
+            pooling::l2_normalize(&mut out);
+        }
+        // sentence-transformers' truncate_dim: a plain slice after the last module.
+        if let Some(k) = self.dimensions {
+            out.iter_mut().for_each(|row| row.truncate(k));
+            if self.normalize_after_truncation {
+                pooling::l2_normalize(&mut out);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The backbone's pooler output, one row per sequence.
+    fn pooler(&self, hidden: &[f32], batch: &Batch) -> Result<Option<Vec<Vec<f32>>>> {
+        let run = || self.backbone.pooler(hidden, batch)?.map(|t| t.to_vec2::<f32>()).transpose();
+        run().map_err(Error::inference)
+    }
+
+    /// The projection heads, in order, over pooled rows.
+    fn apply_heads(&self, rows: Vec<Vec<f32>>) -> Result<Vec<Vec<f32>>> {
+        if self.heads.is_empty() {
+            return Ok(rows);
+        }
+        let run = || -> candle_core::Result<Vec<Vec<f32>>> {
+            let width = rows.first().map_or(0, Vec::len);
+            let mut x = Tensor::from_vec(rows.concat(), (rows.len(), width), &self.device)?;
+            for head in &self.heads {
+                x = head.forward(&x)?;
+            }
+            x.to_vec2()
+        };
+        run().map_err(Error::inference)
+    }
+
+    /// The backbone's last hidden states of each input (tokenized as `embed` tokenizes it,
+    /// without a prompt), [tokens][hidden] per input, run as one packed batch: what
+    /// transformers' `last_hidden_state` holds.
+    pub fn hidden_states(&self, texts: &[&str]) -> Result<Vec<Vec<Vec<f32>>>> {
+        let encoded = texts.iter().map(|t| self.tokenize(t)).collect::<Result<Vec<_>>>()?;
+        if encoded.is_empty() {
+            return Ok(Vec::new());
+        }
+        let rows: Vec<(&[u32], Option<&[u32]>, usize)> =
+            encoded.iter().map(|ids| (ids.as_slice(), None, 0)).collect();
+        let packed = Packed::of(&rows);
+        let batch = packed.batch();
+        let hidden = self.backbone.forward(&batch).map_err(Error::inference)?;
+        let h = self.hidden_size;
+        Ok((0..batch.len())
+            .map(|i| batch.sequence(i).map(|t| hidden[t * h..(t + 1) * h].to_vec()).collect())
+            .collect())
+    }
+
+    /// The classifier, for `classify`, `classify_labels` and `rerank`.
+    pub fn classifier(&self) -> Result<&Classifier> {
+        self.classifier.as_ref().ok_or(Error::WrongTask { task: "embed", call: "classify" })
+    }
+
+    /// Token ids and token type ids of an input or a sentence pair, as transformers'
+    /// `tokenizer(text, pair, truncation=True)` gives them (longest-first truncation).
+    /// A tokenizer whose post-processor adds no special tokens to a pair has no pair template:
+    /// the two texts would run together, so a pair is refused.
+    pub fn tokenize_pair(&self, text: &str, pair: Option<&str>) -> Result<(Vec<u32>, Vec<u32>)> {
+        if pair.is_some() && self.tokenizer.get_post_processor().map_or(0, |p| p.added_tokens(true)) == 0 {
+            return Err(Error::NoPairTemplate);
+        }
+        let (enc, cut) = self.encode_pair(&self.tokenizer, text, pair)?;
+        if cut {
+            if self.long_input == LongInput::Error {
+                return Err(Error::InputTooLong {
+                    tokens: self.encode_pair(&self.untruncated, text, pair)?.0.len(),
+                    max_length: self.info.max_length,
+                });
+            }
+            self.stats.truncated.fetch_add(1, Relaxed);
+        }
+        Ok((enc.get_ids().to_vec(), enc.get_type_ids().to_vec()))
+    }
+
+    fn encode_pair(&self, tokenizer: &Tokenizer, text: &str, pair: Option<&str>) -> Result<(tokenizers::Encoding, bool)> {
+        let enc = match pair {
+            None => tokenizer.encode_fast(text, true),
+            Some(p) => tokenizer.encode_fast((text, p), true),
+        }
+        .map_err(|e| Error::Tokenize(e.to_string()))?;
+        let cut = !enc.get_overflowing().is_empty();
+        Ok((enc, cut))
+    }
+
+    /// The pair argument of `classify(model, input, pair)`: transformers'
+    /// `tokenizer(text, text_pair)` treats an empty `text_pair` as no pair at all, while
+    /// sentence-transformers' CrossEncoder (and so `rerank`) keeps an empty document as
+    /// the second sequence.
+    pub fn pair_argument(pair: &str) -> Option<&str> {
+        (!pair.is_empty()).then_some(pair)
+    }
+
+    /// Raw logits [num_labels] per input (or sentence pair), in input order, as one batch.
+    pub fn classify(&self, inputs: &[(&str, Option<&str>)]) -> Result<Vec<Vec<f32>>> {
+        self.classify_batched(inputs, usize::MAX, crate::threads::available(), || Ok(()))
+    }
+
+    /// As `classify`, in length-grouped batches of at most `max_batch_tokens` padded tokens
+    /// on `threads` threads, with `before_batch` on the calling thread before each batch.
+    pub fn classify_batched(
+        &self,
+        inputs: &[(&str, Option<&str>)],
+        max_batch_tokens: usize,
+        threads: usize,
+        mut before_batch: impl FnMut() -> Result<()>,
+    ) -> Result<Vec<Vec<f32>>> {
+        let classifier = self.classifier()?;
+        let encoded = inputs.iter().map(|(t, p)| self.tokenize_pair(t, *p)).collect::<Result<Vec<_>>>()?;
+        let lengths: Vec<usize> = encoded.iter().map(|(ids, _)| ids.len()).collect();
+        self.stats.count_call(inputs.len(), lengths.iter().sum());
+        in_batches(&lengths, max_batch_tokens, threads, &mut before_batch, |batch| {
+            let rows: Vec<(&[u32], Option<&[u32]>, usize)> =
+                batch.iter().map(|&i| (encoded[i].0.as_slice(), Some(encoded[i].1.as_slice()), 0)).collect();
+            self.classify_encoded(classifier, &rows)
+        })
+    }
+
+    /// One batch of encoded inputs (or pairs) through backbone and classification head.
+    fn classify_encoded(&self, classifier: &Classifier, rows: &[(&[u32], Option<&[u32]>, usize)]) -> Result<Vec<Vec<f32>>> {
+        self.stats.forward_passes.fetch_add(1, Relaxed);
+        let packed = Packed::of(rows);
+        let batch = packed.batch();
+        let hidden = self.backbone.forward(&batch).map_err(Error::inference)?;
+        let mode = classifier.pooling();
+        let pooler = if mode == PoolingMode::Pooler { self.pooler(&hidden, &batch)? } else { None };
+        let sequences = pooling::Sequences { bounds: &packed.bounds, skips: &packed.skips };
+        let pooled =
+            pooling::pool(&hidden, self.hidden_size, sequences, &[mode], pooler.as_deref()).map_err(Error::Inference)?;
+        let run = || {
+            let width = pooled.first().map_or(0, Vec::len);
+            let x = Tensor::from_vec(pooled.concat(), (pooled.len(), width), &self.device)?;
+            classifier.forward(x)?.to_vec2()
+        };
+        run().map_err(Error::inference)
+    }
+}
+
+fn known_prompts(prompts: &BTreeMap<String, String>) -> String {
+    let names: Vec<&str> = prompts.keys().map(String::as_str).collect();
+    if names.is_empty() {
+        "none".into()
+    } else {
+        names.join(", ")
+    }
+}

@@ -1,0 +1,305 @@
+//! Unit tests of the pipeline: batching, text properties, load errors.
+
+mod batching {
+    use crate::pipeline::length_batches;
+
+    #[test]
+    fn batches_group_by_length_under_the_budget() {
+        let lengths = [5, 2, 9, 2, 3, 12];
+        // Sorted: 2 (1), 2 (3), 3 (4), 5 (0), 9 (2), 12 (5); count x longest <= 12.
+        assert_eq!(length_batches(&lengths, 12), vec![vec![1, 3, 4], vec![0], vec![2], vec![5]]);
+        // Every input alone when the budget is below any length; all together when large.
+        assert_eq!(length_batches(&lengths, 1).len(), 6);
+        assert_eq!(length_batches(&lengths, 1000), vec![vec![1, 3, 4, 0, 2, 5]]);
+        assert!(length_batches(&[], 10).is_empty());
+    }
+}
+
+/// Property tests: any text (any Unicode, control characters and NUL included, empty,
+/// long) through tokenizer and pipeline, under random pooling, normalisation, max_length
+/// and Matryoshka options on a tiny fixture, gives finite vectors of the stated dimension,
+/// and batching does not change them.
+mod properties {
+    use std::path::Path;
+
+    use crate::options::Options;
+    use crate::pipeline::Pipeline;
+    use proptest::prelude::*;
+
+    const MODES: [&str; 6] = ["cls", "mean", "max", "mean_sqrt_len_tokens", "weightedmean", "lasttoken"];
+
+    fn text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            any::<String>(),
+            "\\PC{0,80}",
+            proptest::collection::vec(prop_oneof![Just("\u{301}"), Just("\u{200d}"), Just("👩"), Just("\u{5d0}"), Just(" "), Just("a")], 0..40)
+                .prop_map(|parts| parts.concat()),
+            (1usize..4000).prop_map(|n| "word ".repeat(n)),
+        ]
+    }
+
+    proptest! {
+        // A fixed seed: the same cases on every run (a failure is reproducible as it is).
+        #![proptest_config(ProptestConfig {
+            cases: 256,
+            rng_seed: proptest::test_runner::RngSeed::Fixed(0x5eed_0e3b_ed00),
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        })]
+
+        #[test]
+        fn any_text_under_any_options_embeds(
+            texts in proptest::collection::vec(text(), 1..6),
+            modes in proptest::sample::subsequence(MODES.to_vec(), 1..3),
+            normalize in any::<bool>(),
+            max_length in 3usize..40,
+            dimensions in proptest::option::of(1usize..16),
+            budget in 1usize..200,
+        ) {
+            let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).join("tests/fixtures/pool_mean");
+            let options = Options::from_json(&serde_json::json!({
+                "pooling": modes, "normalize": normalize, "max_length": max_length, "dimensions": dimensions,
+            })).unwrap();
+            let p = Pipeline::load(&dir, &options).unwrap();
+            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+            let batched = p.embed_batched(&refs, budget, 2, || Ok(())).unwrap();
+            prop_assert_eq!(batched.len(), texts.len());
+            for (t, v) in refs.iter().zip(&batched) {
+                prop_assert_eq!(v.len(), p.dim());
+                prop_assert!(v.iter().all(|x| x.is_finite()), "{:?} -> {:?}", t, v);
+                let single = p.embed(&[t]).unwrap().remove(0);
+                let d = single.iter().zip(v).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+                prop_assert!(d <= 1e-5, "{:?}: batched differs by {}", t, d);
+            }
+        }
+
+        #[test]
+        fn chunks_of_any_text_are_in_order_and_within_the_text(
+            t in text(),
+            max_tokens in 1usize..20,
+            overlap in 0usize..20,
+        ) {
+            let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).join("tests/fixtures/pool_mean");
+            let p = Pipeline::load(&dir, &Options::default()).unwrap();
+            match p.chunk(&t, max_tokens, overlap) {
+                Err(e) => prop_assert!(overlap >= max_tokens, "{}", e),
+                Ok(chunks) => {
+                    for c in &chunks {
+                        prop_assert!(c.bytes.start <= c.bytes.end && c.bytes.end <= t.len());
+                        prop_assert!(t.is_char_boundary(c.bytes.start) && t.is_char_boundary(c.bytes.end));
+                        prop_assert!(c.tokens.len() <= max_tokens && !c.tokens.is_empty());
+                    }
+                    for w in chunks.windows(2) {
+                        prop_assert!(w[1].tokens.start > w[0].tokens.start && w[1].tokens.start <= w[0].tokens.end);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Broken and unsupported model directories: each is a clear error naming the file and
+/// the offending value, never a panic. Fixtures are all-MiniLM-L6-v2 with one change.
+mod load_errors {
+    use std::path::{Path, PathBuf};
+
+    use crate::error::{Error, Result};
+    use crate::options::Options;
+    use crate::pipeline::Pipeline;
+    use crate::pooling::PoolingMode;
+    use std::fs;
+
+    fn minilm_dir() -> PathBuf {
+        Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).join("models/all-MiniLM-L6-v2")
+    }
+
+    /// A copy of all-MiniLM-L6-v2 (weights linked, not copied) changed by `edit`.
+    fn broken(name: &str, edit: impl FnOnce(&Path)) -> Result<Pipeline> {
+        let dir = std::env::temp_dir().join(format!("pg_embed_broken_{}_{name}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(dir.join("1_Pooling")).unwrap();
+        let src = minilm_dir();
+        for f in [
+            "config.json",
+            "modules.json",
+            "sentence_bert_config.json",
+            "tokenizer.json",
+            "1_Pooling/config.json",
+        ] {
+            fs::copy(src.join(f), dir.join(f)).unwrap();
+        }
+        std::os::unix::fs::symlink(src.join("model.safetensors"), dir.join("model.safetensors")).unwrap();
+        edit(&dir);
+        let result = Pipeline::load(&dir, &Options::default());
+        let _ = fs::remove_dir_all(&dir);
+        result
+    }
+
+    fn edit_json(path: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
+        let mut v: serde_json::Value = serde_json::from_slice(&fs::read(path).unwrap()).unwrap();
+        edit(&mut v);
+        fs::write(path, serde_json::to_vec(&v).unwrap()).unwrap();
+    }
+
+    fn replace_weights(dir: &Path, bytes: &[u8]) {
+        fs::remove_file(dir.join("model.safetensors")).unwrap();
+        fs::write(dir.join("model.safetensors"), bytes).unwrap();
+    }
+
+    fn message(r: Result<Pipeline>) -> (Error, String) {
+        let e = r.err().expect("loading must fail");
+        let m = e.to_string();
+        (e, m)
+    }
+
+    #[test]
+    fn the_unbroken_copy_loads() {
+        assert!(broken("none", |_| {}).is_ok());
+    }
+
+    #[test]
+    fn missing_tokenizer() {
+        let (e, m) = message(broken("no_tokenizer", |d| fs::remove_file(d.join("tokenizer.json")).unwrap()));
+        assert!(matches!(e, Error::MissingFile { .. }) && m.ends_with("tokenizer.json\" is missing"), "{m}");
+    }
+
+    #[test]
+    fn malformed_config_json() {
+        let (e, m) = message(broken("bad_json", |d| {
+            fs::write(d.join("config.json"), "{\"model_type\": \"bert\",").unwrap()
+        }));
+        assert!(matches!(e, Error::InvalidFile { .. }) && m.contains("config.json"), "{m}");
+    }
+
+    #[test]
+    fn malformed_modules_json() {
+        let (e, m) =
+            message(broken("bad_modules", |d| fs::write(d.join("modules.json"), "[{\"type\": 3}]").unwrap()));
+        assert!(matches!(e, Error::InvalidFile { .. }) && m.contains("modules.json"), "{m}");
+    }
+
+    #[test]
+    fn unsupported_model_type() {
+        let (e, m) = message(broken("gpt2", |d| {
+            edit_json(&d.join("config.json"), |v| v["model_type"] = "gpt2".into())
+        }));
+        assert!(matches!(e, Error::Unsupported { what: "model_type", .. }) && m.contains("\"gpt2\""), "{m}");
+        assert_eq!(
+            e.hint().unwrap(),
+            "Supported: bert, clip_text_model, deberta-v2, distilbert, electra, modernbert, mpnet, nomic_bert, roberta, t5, xlm-roberta."
+        );
+    }
+
+    #[test]
+    fn unsupported_activation() {
+        let (e, m) = message(broken("swish", |d| {
+            edit_json(&d.join("config.json"), |v| v["hidden_act"] = "swish".into())
+        }));
+        assert!(matches!(e, Error::Unsupported { what: "hidden_act", .. }) && m.contains("\"swish\""), "{m}");
+        assert!(m.contains("config.json"), "{m}");
+    }
+
+    #[test]
+    fn unsupported_module() {
+        let (e, m) = message(broken("dense", |d| {
+            edit_json(&d.join("modules.json"), |v| {
+                v.as_array_mut().unwrap().insert(
+                    2,
+                    serde_json::json!({"idx": 2, "name": "2", "path": "2_LSTM", "type": "sentence_transformers.models.LSTM"}),
+                )
+            })
+        }));
+        assert!(
+            matches!(e, Error::Unsupported { .. }) && m.contains("sentence_transformers.models.LSTM"),
+            "{m}"
+        );
+    }
+
+    #[test]
+    fn legacy_pooling_flags_concatenate_in_legacy_order() {
+        let p = broken("legacy_flags", |d| {
+            edit_json(&d.join("1_Pooling/config.json"), |v| {
+                v["pooling_mode_lasttoken"] = true.into();
+                v["pooling_mode_cls_token"] = true.into();
+            })
+        })
+        .unwrap();
+        assert_eq!(p.info().pooling, vec![PoolingMode::Cls, PoolingMode::Mean, PoolingMode::Lasttoken]);
+        assert_eq!(p.info().dim, 3 * 384);
+    }
+
+    #[test]
+    fn pooling_dimension_differs_from_backbone() {
+        let (e, m) = message(broken("dim", |d| {
+            edit_json(&d.join("1_Pooling/config.json"), |v| v["word_embedding_dimension"] = 768.into())
+        }));
+        assert!(matches!(e, Error::InvalidFile { .. }) && m.contains("word_embedding_dimension 768"), "{m}");
+    }
+
+    #[test]
+    fn config_shape_differs_from_weights() {
+        let (e, m) = message(broken("shape", |d| {
+            edit_json(&d.join("config.json"), |v| v["intermediate_size"] = 1024.into())
+        }));
+        assert!(matches!(e, Error::InvalidFile { .. }) && m.contains("model.safetensors"), "{m}");
+        assert!(m.contains("shape"), "{m}");
+    }
+
+    #[test]
+    fn truncated_weights() {
+        let head = fs::read(minilm_dir().join("model.safetensors")).unwrap()[..4096].to_vec();
+        let (e, m) = message(broken("truncated", |d| replace_weights(d, &head)));
+        assert!(matches!(e, Error::InvalidFile { .. }) && m.contains("model.safetensors"), "{m}");
+    }
+
+    #[test]
+    fn safetensors_header_that_lies_about_sizes() {
+        let header = br#"{"w":{"dtype":"F32","shape":[1000000],"data_offsets":[0,4000000]}}"#;
+        let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+        bytes.extend_from_slice(header);
+        bytes.extend_from_slice(&[0u8; 16]);
+        let (e, m) = message(broken("lying", |d| replace_weights(d, &bytes)));
+        assert!(matches!(e, Error::InvalidFile { .. }) && m.contains("model.safetensors"), "{m}");
+        let (e, _) = message(broken("huge_header_len", |d| replace_weights(d, &u64::MAX.to_le_bytes())));
+        assert!(matches!(e, Error::InvalidFile { .. }));
+    }
+
+    #[test]
+    fn sentence_transformers_6_pooling_format() {
+        let p = broken("st6", |d| {
+            fs::write(
+                d.join("1_Pooling/config.json"),
+                r#"{"embedding_dimension": 384, "pooling_mode": ["mean", "cls"], "include_prompt": true}"#,
+            )
+            .unwrap()
+        })
+        .unwrap();
+        assert_eq!(p.info().pooling, vec![PoolingMode::Mean, PoolingMode::Cls], "order as listed");
+        assert_eq!(p.info().dim, 768);
+        let (e, m) = message(broken("st6_dim", |d| {
+            fs::write(
+                d.join("1_Pooling/config.json"),
+                r#"{"embedding_dimension": 10, "pooling_mode": "mean"}"#,
+            )
+            .unwrap()
+        }));
+        assert!(matches!(e, Error::InvalidFile { .. }) && m.contains("word_embedding_dimension 10"), "{m}");
+        let (e, m) = message(broken("st6_unknown", |d| {
+            fs::write(
+                d.join("1_Pooling/config.json"),
+                r#"{"embedding_dimension": 384, "pooling_mode": "median"}"#,
+            )
+            .unwrap()
+        }));
+        assert!(
+            matches!(e, Error::Unsupported { what: "pooling mode", .. }) && m.contains("\"median\""),
+            "{m}"
+        );
+    }
+
+    #[test]
+    fn missing_weights() {
+        let (e, m) = message(broken("no_weights", |d| fs::remove_file(d.join("model.safetensors")).unwrap()));
+        assert!(matches!(e, Error::MissingFile { .. }) && m.contains("model.safetensors"), "{m}");
+    }
+}

@@ -1,0 +1,65 @@
+//! The text input stage: the tokenizer as sentence-transformers uses it.
+
+use std::path::Path;
+
+use tokenizers::Tokenizer;
+
+use crate::error::{Error, Result};
+
+/// Tokens of `text` as sentence-transformers 6 tokenizes an input: as it is (no strip),
+/// lowercased when sentence_bert_config.json says `do_lower_case`.
+/// Also whether the tokenizer cut the input at its max length.
+pub(super) fn encode(tokenizer: &Tokenizer, lowercase: bool, text: &str) -> Result<(Vec<u32>, bool)> {
+    let text = if lowercase { text.to_lowercase() } else { text.to_string() };
+    let enc = tokenizer.encode_fast(text, true).map_err(|e| Error::Tokenize(e.to_string()))?;
+    Ok((enc.get_ids().to_vec(), !enc.get_overflowing().is_empty()))
+}
+
+/// sentence-transformers' prompt length: the tokens of the prompt alone, special tokens
+/// included, less a trailing special token (the [SEP] / </s> that the text follows).
+pub(super) fn prompt_length(tokenizer: &Tokenizer, lowercase: bool, prompt: &str) -> Result<usize> {
+    let (ids, _) = encode(tokenizer, lowercase, prompt)?;
+    let specials = tokenizer.get_added_tokens_decoder();
+    let trailing_special = ids.last().is_some_and(|id| specials.get(id).is_some_and(|t| t.special));
+    Ok(ids.len() - usize::from(trailing_special))
+}
+
+/// `model_max_length` of tokenizer_config.json; transformers stores a huge float
+/// (1e30) when the tokenizer sets no limit.
+pub(super) fn tokenizer_max_length(path: &Path) -> Result<Option<usize>> {
+    #[derive(serde::Deserialize)]
+    struct TokenizerConfig {
+        model_max_length: Option<f64>,
+    }
+    let cfg: Option<TokenizerConfig> = crate::st::read_json_opt(path)?;
+    Ok(cfg.and_then(|c| c.model_max_length).filter(|n| *n >= 1.0 && *n < 1e9).map(|n| n as usize))
+}
+
+/// Refuses a tokenizer that can emit a token id the embedding has no row for (any input
+/// with that token, or every input for a special token the template adds, would fail in
+/// the forward pass): the vocabulary with its added tokens, and the special tokens of the
+/// post-processor's single and pair templates.
+pub(super) fn check_token_ids(tokenizer: &Tokenizer, vocab_size: usize, path: &Path) -> Result<()> {
+    let mut tokens: Vec<(String, u32)> = tokenizer.get_vocab(true).into_iter().collect();
+    let single = tokenizer.encode("", true).map_err(|e| Error::invalid_file(path, e))?;
+    // A tokenizer that cannot encode pairs is refused only when a pair is given (classify).
+    let pair = tokenizer.encode(("", ""), true).ok();
+    for enc in std::iter::once(&single).chain(pair.as_ref()) {
+        tokens.extend(enc.get_tokens().iter().cloned().zip(enc.get_ids().iter().copied()));
+    }
+    match tokens.into_iter().max_by_key(|(_, id)| *id) {
+        Some((token, id)) if id as usize >= vocab_size => Err(Error::invalid_file(
+            path,
+            format!("token {token:?} has id {id}, not below the model's vocab_size {vocab_size}"),
+        )),
+        _ => Ok(()),
+    }
+}
+
+pub(super) fn load_tokenizer(path: &Path) -> Result<Tokenizer> {
+    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    // tokenizers panics (`expect`) on some malformed JSON, a truncated file among them:
+    // the syntax is checked first.
+    serde_json::from_slice::<serde::de::IgnoredAny>(&bytes).map_err(|e| Error::invalid_file(path, e))?;
+    Tokenizer::from_bytes(&bytes).map_err(|e| Error::invalid_file(path, e))
+}

@@ -1,0 +1,102 @@
+//! Weight I/O: safetensors files read into memory as float32 tensors (never mapped: a file
+//! changed under a mapping could crash the backend), and their sizes from the headers alone.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use candle_core::{DType, Device, Tensor};
+use candle_nn::VarBuilder;
+
+use crate::error::{Error, Result};
+
+/// Bytes the weights of the model directory `dir` take once loaded (every tensor of its
+/// safetensors files, sub-folders included, as f32), read from the files' headers only:
+/// nothing is allocated for the tensors.
+pub fn weight_bytes(dir: &Path) -> Result<u64> {
+    let mut total = 0u64;
+    for path in crate::st::files_under(dir, |_| Ok(()))? {
+        if path.extension().is_some_and(|e| e == "safetensors") {
+            total = total.saturating_add(safetensors_f32_bytes(&path)?);
+        }
+    }
+    Ok(total)
+}
+
+/// Bytes of all tensors of a safetensors file as f32, from its header: an 8-byte
+/// little-endian length, then that many bytes of JSON naming each tensor's shape.
+fn safetensors_f32_bytes(path: &Path) -> Result<u64> {
+    use std::io::Read;
+    /// Headers are kilobytes; a larger length is a corrupt file, not a reason to allocate.
+    const MAX_HEADER: u64 = 100 << 20;
+    #[derive(serde::Deserialize)]
+    struct Entry {
+        shape: Vec<u64>,
+    }
+    let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let mut len = [0u8; 8];
+    file.read_exact(&mut len).map_err(|e| Error::invalid_file(path, format!("no safetensors header: {e}")))?;
+    let len = u64::from_le_bytes(len);
+    if len > MAX_HEADER {
+        return Err(Error::invalid_file(path, format!("safetensors header length {len} is not plausible")));
+    }
+    let mut header = vec![0u8; len as usize];
+    file.read_exact(&mut header).map_err(|e| Error::invalid_file(path, format!("truncated safetensors header: {e}")))?;
+    let mut tensors: HashMap<String, serde_json::Value> =
+        serde_json::from_slice(&header).map_err(|e| Error::invalid_file(path, e))?;
+    tensors.remove("__metadata__");
+    let mut total = 0u64;
+    for (name, value) in tensors {
+        let entry: Entry =
+            serde_json::from_value(value).map_err(|e| Error::invalid_file(path, format!("{name}: {e}")))?;
+        let elements = entry.shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d));
+        total = elements.and_then(|n| n.checked_mul(4)).and_then(|b| total.checked_add(b)).ok_or_else(|| {
+            Error::invalid_file(path, format!("{name}: shape {:?} overflows", entry.shape))
+        })?;
+    }
+    Ok(total)
+}
+
+/// Reads a safetensors file into memory as f32 tensors (no mmap: a file changed under a
+/// mapping would crash the backend).
+pub fn read_safetensors(path: &Path) -> Result<HashMap<String, Tensor>> {
+    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    let tensors = candle_core::safetensors::load_buffer(&bytes, &Device::Cpu)
+        .map_err(|e| Error::invalid_file(path, e))?;
+    tensors
+        .into_iter()
+        .map(|(name, t)| {
+            let t = t.to_dtype(DType::F32).map_err(|e| Error::invalid_file(path, format!("{name}: {e}")))?;
+            Ok((name, t))
+        })
+        .collect()
+}
+
+/// The backbone's model.safetensors and its parameter count.
+pub fn load_weights(dir: &Path, device: &Device) -> Result<(VarBuilder<'static>, usize)> {
+    let tensors = read_safetensors(&dir.join("model.safetensors"))?;
+    let parameters = tensors.values().map(Tensor::elem_count).sum();
+    Ok((VarBuilder::from_tensors(tensors, DType::F32, device), parameters))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn weight_bytes_read_from_headers() {
+        let dir = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).join("models/all-MiniLM-L6-v2");
+        let bytes = super::weight_bytes(&dir).unwrap();
+        // 22,713,216 parameters of the backbone (as transformers counts them) plus the
+        // position ids buffer stored in this checkpoint, 4 bytes each.
+        assert!((90_000_000..92_000_000).contains(&bytes), "{bytes}");
+        let tmp = std::env::temp_dir().join(format!("pg_embed_wb_{}", std::process::id()));
+        std::fs::create_dir_all(&tmp).unwrap();
+        std::fs::write(tmp.join("model.safetensors"), u64::MAX.to_le_bytes()).unwrap();
+        assert!(matches!(super::weight_bytes(&tmp), Err(crate::error::Error::InvalidFile { .. })));
+        let header = br#"{"w":{"dtype":"F16","shape":[4294967296,4294967296,16],"data_offsets":[0,2]}}"#;
+        let mut lying = (header.len() as u64).to_le_bytes().to_vec();
+        lying.extend_from_slice(header);
+        std::fs::write(tmp.join("model.safetensors"), lying).unwrap();
+        let err = super::weight_bytes(&tmp).unwrap_err().to_string();
+        assert!(err.contains("overflows"), "{err}");
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+}
