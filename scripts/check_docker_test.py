@@ -24,8 +24,11 @@ sys.dont_write_bytecode = True  # no scripts/__pycache__
 import check_docker as cd  # noqa: E402
 
 # What the checker reads (and the Dockerfile copies).
-COPY_FILES = ["Cargo.toml", "Cargo.lock", "pg_embed.control", ".dockerignore", "bench/pipeline.rs", "bench/matmul.rs"]
-COPY_DIRS = ["src", "sql", "docker"]
+COPY_FILES = [
+    "Cargo.toml", "Cargo.lock", "pg_embed.control", ".dockerignore", "bench/pipeline.rs", "bench/matmul.rs",
+    "crates/pg_embed_core/Cargo.toml",
+]
+COPY_DIRS = ["src", "sql", "docker", "crates/pg_embed_core/src"]
 
 
 def failed(rep: cd.Report) -> set[str]:
@@ -121,11 +124,15 @@ class Mutations(unittest.TestCase):
 
     def test_example_file_deleted(self):
         (self.root / "bench/matmul.rs").unlink()
-        self.assertFails({"dockerfile.copy-sources", "dockerfile.crate-paths"}, "bench/matmul.rs ([[example]] bench_matmul) does not exist")
+        self.assertFails({"dockerfile.copy-sources", "dockerfile.crate-paths"}, "bench/matmul.rs ([[example]] bench_matmul of crates/pg_embed_core) does not exist")
+
+    def test_workspace_member_not_copied(self):
+        self.edit(cd.DOCKERFILE, "COPY crates ./crates\n", "")
+        self.assertFails({"dockerfile.crate-paths"}, "crates/pg_embed_core/Cargo.toml (the manifest of crates/pg_embed_core) is not copied")
 
     def test_examples_not_copied(self):
         self.edit(cd.DOCKERFILE, "COPY bench/pipeline.rs bench/matmul.rs ./bench/\n", "")
-        self.assertFails({"dockerfile.crate-paths"}, "bench/pipeline.rs ([[example]] bench_pipeline) is not copied")
+        self.assertFails({"dockerfile.crate-paths"}, "bench/pipeline.rs ([[example]] bench_pipeline of crates/pg_embed_core) is not copied")
 
     def test_sql_not_copied(self):
         self.edit(cd.DOCKERFILE, "COPY sql ./sql\n", "")
