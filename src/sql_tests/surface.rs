@@ -1,0 +1,448 @@
+//! `#[pg_test]`s of the inference functions, registration, options, classify and rerank.
+
+#[pgrx::pg_schema]
+mod tests {
+    use pgrx::prelude::*;
+
+    use super::super::*;
+
+    #[pg_test]
+    fn embed_returns_a_unit_vector_of_384() {
+        register("minilm");
+        let v = embed_sql("minilm", "A quick test sentence about PostgreSQL.");
+        assert_eq!(v.len(), 384);
+        let norm: f32 = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-5, "norm {norm}");
+    }
+
+    /// `embed(model, text[])`: a row per element in order, NULL rows for NULL elements,
+    /// each equal to the single-input call within 1e-5, whatever the batch budget.
+    #[pg_test]
+    fn embed_of_an_array_is_one_row_per_input_in_order() {
+        register("minilm");
+        let texts =
+            ["a longer sentence about the database and its vectors", "short", "", "middle sized input"];
+        for budget in [1, 16, 4096] {
+            Spi::run(&format!("SET LOCAL pg_embed.max_batch_tokens = {budget}")).unwrap();
+            let rows: Vec<Option<Vec<f32>>> = Spi::connect(|client| {
+                client
+                    .select(
+                        "SELECT e FROM embed('minilm', ARRAY['a longer sentence about the database and its vectors', NULL, 'short', '', 'middle sized input']) WITH ORDINALITY AS t(e, i) ORDER BY i",
+                        None,
+                        &[],
+                    )
+                    .unwrap()
+                    .map(|row| row.get::<Vec<f32>>(1).unwrap())
+                    .collect()
+            });
+            assert_eq!(rows.len(), 5, "budget {budget}");
+            assert!(rows[1].is_none(), "a NULL element gives a NULL row");
+            let present: Vec<&Vec<f32>> = rows.iter().flatten().collect();
+            for (got, text) in present.iter().zip(texts) {
+                let want = embed_sql("minilm", text);
+                let d = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+                assert!(got.len() == 384 && d <= 1e-5, "budget {budget}, {text:?}: {d}");
+            }
+        }
+        let none = Spi::get_one::<i64>("SELECT count(*) FROM embed('minilm', '{}'::text[])").unwrap();
+        assert_eq!(none, Some(0));
+        let null_array = Spi::get_one::<i64>("SELECT count(*) FROM embed('minilm', NULL::text[])").unwrap();
+        assert_eq!(null_array, Some(0));
+        // Thread count: the same vectors on one thread.
+        Spi::run("SET LOCAL pg_embed.threads = 1").unwrap();
+        let one = embed_sql("minilm", "short");
+        Spi::run("SET LOCAL pg_embed.threads = 2").unwrap();
+        let two = embed_sql("minilm", "short");
+        let d = one.iter().zip(&two).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        assert!(d <= 1e-5, "1 vs 2 threads: {d}");
+    }
+
+    #[pg_test]
+    fn embed_of_null_is_null_and_empty_text_embeds() {
+        register("minilm");
+        let null = Spi::get_one::<Vec<f32>>("SELECT embed('minilm', NULL)").unwrap();
+        assert_eq!(null, None);
+        for text in ["", "   ", "\t\n"] {
+            assert_eq!(embed_sql("minilm", text).len(), 384, "{text:?}");
+        }
+        // BERT's tokenizer drops surrounding whitespace (inputs are not stripped otherwise).
+        assert_eq!(embed_sql("minilm", "  hello world \n"), embed_sql("minilm", "hello world"));
+    }
+
+    #[pg_test]
+    fn register_returns_the_pipeline_and_fills_the_catalog() {
+        let info = Spi::get_one::<pgrx::JsonB>("SELECT embed.register_model('m1', 'all-MiniLM-L6-v2')")
+            .unwrap()
+            .unwrap()
+            .0;
+        assert_eq!(info["name"], "m1");
+        assert_eq!(info["architecture"], "bert");
+        assert_eq!(info["dim"], 384);
+        assert_eq!(info["max_length"], 256);
+        assert_eq!(info["pooling"], serde_json::json!(["mean"]));
+        assert_eq!(info["normalize"], true);
+        let row = Spi::get_three::<String, String, i32>(
+            "SELECT source, task, dim FROM embed.models WHERE name = 'm1'",
+        )
+        .unwrap();
+        assert_eq!(row, (Some(MODEL_SOURCE.into()), Some("embed".into()), Some(384)));
+        let again = Spi::get_one::<pgrx::JsonB>("SELECT embed.model_info('m1')").unwrap().unwrap().0;
+        assert_eq!(again["revision"], info["revision"]);
+        assert_eq!(again["dim"], 384);
+    }
+
+    #[pg_test]
+    fn options_override_pooling_normalize_and_max_length() {
+        Spi::run(
+            "SELECT embed.register_model('m_cls', 'all-MiniLM-L6-v2', '{\"pooling\": [\"mean\", \"cls\"], \"normalize\": false, \"max_length\": 16}')",
+        )
+        .unwrap();
+        let info = Spi::get_one::<pgrx::JsonB>("SELECT embed.model_info('m_cls')").unwrap().unwrap().0;
+        assert_eq!(info["pooling"], serde_json::json!(["mean", "cls"]), "concatenated in the order listed");
+        assert_eq!(info["pooling_from"], "options");
+        assert_eq!(info["dim"], 768);
+        assert_eq!(info["max_length"], 16);
+        assert_eq!(info["normalize"], false);
+        let v = embed_sql("m_cls", "one two three");
+        assert_eq!(v.len(), 768);
+        let norm: f32 = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        assert!((norm - 1.0).abs() > 1e-3, "not normalised: norm {norm}");
+        // max_length 16 truncates: two long texts sharing their first 14 words embed alike.
+        let base = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi";
+        assert_eq!(
+            embed_sql("m_cls", &format!("{base} omicron pi")),
+            embed_sql("m_cls", &format!("{base} rho sigma tau"))
+        );
+    }
+
+    #[pg_test]
+    fn reregistering_replaces_the_cached_pipeline() {
+        register("m2");
+        assert_eq!(embed_sql("m2", "x").len(), 384);
+        Spi::run(
+            "SELECT embed.register_model('m2', 'all-MiniLM-L6-v2', '{\"pooling\": [\"cls\", \"max\"]}')",
+        )
+        .unwrap();
+        assert_eq!(embed_sql("m2", "x").len(), 768);
+    }
+
+    #[pg_test]
+    fn a_catalog_change_by_another_session_is_seen() {
+        // Another session's re-registration shows up here only as a new catalog revision;
+        // simulate it by bumping the row's revision behind this backend's cache.
+        register("m3");
+        let before = embed_sql("m3", "hello");
+        Spi::run(
+            "UPDATE embed.models SET options = '{\"pooling\": \"cls\"}', revision = nextval('embed.model_revision') WHERE name = 'm3'",
+        )
+        .unwrap();
+        let after = embed_sql("m3", "hello");
+        assert_eq!(after.len(), 384);
+        assert_ne!(before, after, "cls pooling was picked up");
+        Spi::run("DELETE FROM embed.models WHERE name = 'm3'").unwrap();
+        let err = PgTryBuilder::new(|| Some(embed_sql("m3", "hello"))).catch_others(|_| None).execute();
+        assert_eq!(err, None, "a model dropped elsewhere is not served from the cache");
+    }
+
+    #[pg_test(error = "model \"nope\" is not registered")]
+    fn embed_unknown_model() {
+        embed_sql("nope", "x");
+    }
+
+    #[pg_test(error = "model \"nope\" is not registered")]
+    fn drop_unknown_model() {
+        Spi::run("SELECT embed.drop_model('nope')").unwrap();
+    }
+
+    #[pg_test(error = "model \"gone\" is not registered")]
+    fn dropped_model_is_gone() {
+        register("gone");
+        Spi::run("SELECT embed.drop_model('gone')").unwrap();
+        embed_sql("gone", "x");
+    }
+
+    #[pg_test(error = "model source \"no-such-model\" does not exist in pg_embed.model_dir")]
+    fn register_missing_source() {
+        Spi::run("SELECT embed.register_model('x', 'no-such-model')").unwrap();
+    }
+
+    #[pg_test(error = "model source \"../src\" is outside pg_embed.model_dir")]
+    fn register_source_escaping_model_dir() {
+        Spi::run("SELECT embed.register_model('x', '../src')").unwrap();
+    }
+
+    #[pg_test(error = "model source \"/etc\" is outside pg_embed.model_dir")]
+    fn register_absolute_source_outside() {
+        Spi::run("SELECT embed.register_model('x', '/etc')").unwrap();
+    }
+
+    #[pg_test(error = "invalid model source \"\": it is empty")]
+    fn register_empty_source() {
+        Spi::run("SELECT embed.register_model('x', '')").unwrap();
+    }
+
+    #[pg_test(error = "model name must not be NULL")]
+    fn register_null_name() {
+        Spi::run("SELECT embed.register_model(NULL, 'all-MiniLM-L6-v2')").unwrap();
+    }
+
+    #[pg_test(error = "invalid model name \" x\"")]
+    fn register_bad_name() {
+        Spi::run("SELECT embed.register_model(' x', 'all-MiniLM-L6-v2')").unwrap();
+    }
+
+    #[pg_test(
+        error = "invalid options: unknown field `polling`, expected one of `pooling`, `normalize`, `max_length`, `dimensions`, `prompts`, `prompt`, `include_prompt`, `task`, `heads`, `long_input`"
+    )]
+    fn register_unknown_option() {
+        Spi::run("SELECT embed.register_model('x', 'all-MiniLM-L6-v2', '{\"polling\": \"cls\"}')").unwrap();
+    }
+
+    #[pg_test(
+        error = "invalid options: unknown pooling mode \"avg\"; expected one of cls, max, mean, mean_sqrt_len_tokens, weightedmean, lasttoken, pooler"
+    )]
+    fn register_unknown_pooling() {
+        Spi::run("SELECT embed.register_model('x', 'all-MiniLM-L6-v2', '{\"pooling\": \"avg\"}')").unwrap();
+    }
+
+    #[pg_test(error = "invalid options: max_length 1000 exceeds the model's max_position_embeddings 512")]
+    fn register_max_length_too_large() {
+        Spi::run("SELECT embed.register_model('x', 'all-MiniLM-L6-v2', '{\"max_length\": 1000}')").unwrap();
+    }
+
+    #[pg_test(error = "permission denied to register models")]
+    fn register_needs_superuser() {
+        Spi::run("CREATE ROLE embed_test_plain").unwrap();
+        Spi::run("SET ROLE embed_test_plain").unwrap();
+        Spi::run("SELECT embed.register_model('x', 'all-MiniLM-L6-v2')").unwrap();
+    }
+
+    #[pg_test(error = "permission denied to drop models")]
+    fn drop_needs_superuser() {
+        register("kept");
+        Spi::run("CREATE ROLE embed_test_plain2").unwrap();
+        Spi::run("SET ROLE embed_test_plain2").unwrap();
+        Spi::run("SELECT embed.drop_model('kept')").unwrap();
+    }
+
+    #[pg_test]
+    fn a_plain_role_may_embed_and_read_the_catalog() {
+        register("shared");
+        Spi::run("CREATE ROLE embed_test_reader").unwrap();
+        Spi::run("SET ROLE embed_test_reader").unwrap();
+        assert_eq!(embed_sql("shared", "hello").len(), 384);
+        assert_eq!(
+            Spi::get_one::<i64>("SELECT count(*) FROM embed.models WHERE name = 'shared'").unwrap(),
+            Some(1)
+        );
+    }
+
+    #[pg_test(error = "permission denied for table models")]
+    fn a_plain_role_may_not_write_the_catalog() {
+        Spi::run("CREATE ROLE embed_test_writer").unwrap();
+        Spi::run("SET ROLE embed_test_writer").unwrap();
+        Spi::run("DELETE FROM embed.models").unwrap();
+    }
+
+    #[pg_test(error = "permission denied to set parameter \"pg_embed.model_dir\"")]
+    fn model_dir_is_superuser_only() {
+        Spi::run("CREATE ROLE embed_test_setter").unwrap();
+        Spi::run("SET ROLE embed_test_setter").unwrap();
+        Spi::run("SET pg_embed.model_dir = '/'").unwrap();
+    }
+
+    #[pg_test]
+    fn long_input_is_truncated_not_refused() {
+        register("minilm");
+        let long = "word ".repeat(5000);
+        assert_eq!(embed_sql("minilm", &long).len(), 384);
+        // Only the first 254 word-pieces count, as in sentence-transformers.
+        assert_eq!(embed_sql("minilm", &long), embed_sql("minilm", &"word ".repeat(300)));
+    }
+
+    #[pg_test]
+    fn embed_works_with_pgvector_shapes_of_sql() {
+        register("minilm");
+        // IMMUTABLE: usable in a generated column.
+        Spi::run(
+            "CREATE TABLE docs (body text, emb real[] GENERATED ALWAYS AS (embed('minilm', body)) STORED);
+             INSERT INTO docs (body) VALUES ('the cat sat on the mat'), ('stock markets fell sharply'), (NULL);",
+        )
+        .unwrap();
+        let n = Spi::get_one::<i64>("SELECT count(*) FROM docs WHERE array_length(emb, 1) = 384").unwrap();
+        assert_eq!(n, Some(2));
+        assert_eq!(Spi::get_one::<i64>("SELECT count(*) FROM docs WHERE emb IS NULL").unwrap(), Some(1));
+    }
+
+    #[pg_test]
+    fn embed_with_a_named_prompt() {
+        use_fixtures();
+        let info = register_with("p", "prompts_exclude", "{}");
+        assert_eq!(info["prompts"]["query"], "query: ");
+        assert_eq!(info["include_prompt"], false);
+        let text = "how are you today?";
+        let plain = embed_sql("p", text);
+        let query = embed_prompt_sql("p", text, "query");
+        assert_eq!(query.len(), 32);
+        assert_ne!(query, plain);
+        assert_eq!(embed_prompt_sql("p", text, ""), plain, "'' is no prompt");
+        assert_eq!(embed_prompt_sql("p", text, "document"), plain, "the empty document prompt");
+        let null = Spi::get_one::<Vec<f32>>("SELECT embed('p', 'x', NULL)").unwrap();
+        assert_eq!(null, None, "STRICT");
+        // A default prompt from options applies when none is named.
+        register_with("p_default", "prompts_exclude", r#"{"prompt": "query"}"#);
+        assert_eq!(embed_sql("p_default", text), query);
+        assert_eq!(embed_prompt_sql("p_default", text, ""), plain);
+    }
+
+    #[pg_test(error = "unknown prompt name \"qeury\"")]
+    fn embed_with_an_unknown_prompt() {
+        use_fixtures();
+        register_with("p", "prompts", "{}");
+        embed_prompt_sql("p", "x", "qeury");
+    }
+
+    #[pg_test]
+    fn projection_heads_and_dimensions_from_options() {
+        use_fixtures();
+        let info = register_with(
+            "h",
+            "user_head",
+            r#"{"heads": [{"path": "heads.safetensors", "weight": "proj.weight", "activation": "tanh"},
+                          {"path": "heads.safetensors", "weight": "out.weight", "bias": null}],
+                "normalize": true, "dimensions": 6}"#,
+        );
+        assert_eq!(info["dim"], 6);
+        assert_eq!(info["dimensions"], 6);
+        assert_eq!(info["heads"][0]["in_features"], 32);
+        assert_eq!(info["heads"][0]["out_features"], 20);
+        assert_eq!(info["heads"][1]["bias"], false);
+        let v = embed_sql("h", "hello world");
+        assert_eq!(v.len(), 6);
+        let norm: f32 = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-5, "normalize after truncation: norm {norm}");
+        let dim = Spi::get_one::<i32>("SELECT dim FROM embed.models WHERE name = 'h'").unwrap();
+        assert_eq!(dim, Some(6));
+    }
+
+    #[pg_test(error = "head file \"../../Cargo.toml\" is outside pg_embed.model_dir")]
+    fn a_head_file_outside_model_dir() {
+        use_fixtures();
+        register_with("h", "user_head", r#"{"heads": [{"path": "../../Cargo.toml"}]}"#);
+    }
+
+    #[pg_test(
+        error = "invalid options: heads[0] (\"heads.safetensors\"): weight \"out.weight\" has shape [12, 20] but the previous stage outputs 32 dimensions (expected [out, 32], as torch.nn.Linear stores it)"
+    )]
+    fn a_head_of_the_wrong_shape() {
+        use_fixtures();
+        register_with(
+            "h",
+            "user_head",
+            r#"{"heads": [{"path": "heads.safetensors", "weight": "out.weight"}]}"#,
+        );
+    }
+
+    #[pg_test(error = "invalid options: dimensions 64 exceeds the model's output dimension 32")]
+    fn dimensions_larger_than_the_output() {
+        use_fixtures();
+        register_with("d", "pool_mean", r#"{"dimensions": 64}"#);
+    }
+
+    fn golden_classify() -> serde_json::Value {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/classify/golden.json");
+        serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+    }
+
+    #[pg_test]
+    fn classify_and_classify_labels_in_sql() {
+        use_fixtures();
+        let info = register_with("sentiment", "classify/bert_single_label", "{}");
+        assert_eq!(info["task"], "classify");
+        assert_eq!(info["labels"], serde_json::json!(["negative", "neutral", "positive"]));
+        assert_eq!(info["problem_type"], "single_label_classification");
+        assert_eq!(info["classifier"]["architecture"], "BertForSequenceClassification");
+        let g = golden_classify();
+        let case = &g["fixtures"]["bert_single_label"]["cases"][1];
+        let want: Vec<f32> = serde_json::from_value(case["logits"].clone()).unwrap();
+        let got = Spi::get_one_with_args::<Vec<f32>>(
+            "SELECT classify('sentiment', $1)",
+            &[case["text"].as_str().unwrap().into()],
+        )
+        .unwrap()
+        .unwrap();
+        assert!(got.iter().zip(&want).all(|(a, b)| (a - b).abs() <= 1e-4), "{got:?} vs {want:?}");
+        // Pairs: the last golden case.
+        let cases = g["fixtures"]["bert_single_label"]["cases"].as_array().unwrap();
+        let pair = cases.iter().find(|c| c["pair"].is_string()).unwrap();
+        let want: Vec<f32> = serde_json::from_value(pair["logits"].clone()).unwrap();
+        let got = Spi::get_one_with_args::<Vec<f32>>(
+            "SELECT classify('sentiment', $1, $2)",
+            &[pair["text"].as_str().unwrap().into(), pair["pair"].as_str().unwrap().into()],
+        )
+        .unwrap()
+        .unwrap();
+        assert!(got.iter().zip(&want).all(|(a, b)| (a - b).abs() <= 1e-4), "{got:?} vs {want:?}");
+        // Probabilities best first, summing to 1.
+        let (n, sum, sorted) = Spi::get_three::<i64, f64, bool>(
+            "SELECT count(*), sum(score)::float8, bool_and(score <= prev) FROM (
+                 SELECT score, coalesce(lag(score) OVER (), 'Infinity') AS prev
+                 FROM classify_labels('sentiment', 'a very nice day')) s",
+        )
+        .unwrap();
+        assert_eq!(n, Some(3));
+        assert!((sum.unwrap() - 1.0).abs() < 1e-5);
+        assert_eq!(sorted, Some(true));
+        let top = Spi::get_one::<String>("SELECT label FROM classify_labels('sentiment', 'x', 'y') LIMIT 1")
+            .unwrap();
+        assert!(top.is_some());
+    }
+
+    #[pg_test]
+    fn rerank_in_sql_orders_as_cross_encoder() {
+        use_fixtures();
+        register_with("ce", "classify/bert_cross_encoder", "{}");
+        let g = golden_classify();
+        let r = &g["fixtures"]["bert_cross_encoder"]["rerank"];
+        let docs: Vec<String> = serde_json::from_value(r["documents"].clone()).unwrap();
+        let scores: Vec<f32> = serde_json::from_value(r["scores"].clone()).unwrap();
+        let mut want: Vec<(i32, f32)> = scores.iter().enumerate().map(|(i, s)| (i as i32 + 1, *s)).collect();
+        want.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let got: Vec<(i32, f32)> = Spi::connect(|c| {
+            c.select(
+                "SELECT idx, score FROM rerank('ce', $1, $2)",
+                None,
+                &[r["query"].as_str().unwrap().into(), docs.clone().into()],
+            )
+            .unwrap()
+            .map(|row| (row.get::<i32>(1).unwrap().unwrap(), row.get::<f32>(2).unwrap().unwrap()))
+            .collect()
+        });
+        assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), want.iter().map(|w| w.0).collect::<Vec<_>>());
+        for (g, w) in got.iter().zip(&want) {
+            assert!((g.1 - w.1).abs() <= 1e-5, "{g:?} vs {w:?}");
+        }
+        let empty = Spi::get_one::<i64>("SELECT count(*) FROM rerank('ce', 'q', '{}'::text[])").unwrap();
+        assert_eq!(empty, Some(0));
+    }
+
+    #[pg_test(error = "documents must not contain NULL (element 2)")]
+    fn rerank_with_a_null_document() {
+        use_fixtures();
+        register_with("ce", "classify/bert_cross_encoder", "{}");
+        Spi::run("SELECT * FROM rerank('ce', 'q', ARRAY['a', NULL, 'c'])").unwrap();
+    }
+
+    #[pg_test(error = "model is for classify, not embed")]
+    fn embed_on_a_classifier() {
+        use_fixtures();
+        register_with("sentiment", "classify/bert_single_label", "{}");
+        embed_sql("sentiment", "x");
+    }
+
+    #[pg_test(error = "model is for embed, not classify")]
+    fn classify_on_an_embedding_model() {
+        register("minilm");
+        Spi::run("SELECT classify('minilm', 'x')").unwrap();
+    }
+}
