@@ -9,6 +9,7 @@ pub mod error;
 pub mod heads;
 pub mod hub;
 pub mod kernels;
+pub mod layers;
 pub mod matmul;
 pub mod models;
 pub mod options;

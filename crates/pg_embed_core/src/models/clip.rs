@@ -1,15 +1,16 @@
 //! CLIP text tower (CLIPTextModel / CLIPTextModelWithProjection, the text side of
 //! clip-ViT-* and multilingual CLIP students): causal attention, pooled at the first EOS
-//! token and projected by `text_projection`, as transformers computes `text_embeds`. The
-//! network is candle-transformers' `ClipTextTransformer`; pooling and projection are here.
+//! token and projected by `text_projection`, as transformers computes `text_embeds`:
+//! pre-LayerNorm layers with QuickGELU and a final LayerNorm, on the layer library's stack
+//! over packed tokens.
 
-use candle_core::{IndexOp, Module, Tensor};
-use candle_nn::{Linear, VarBuilder};
-use candle_transformers::models::clip::text_model as ct;
+use candle_core::{IndexOp, Tensor};
+use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
 use super::encoder::{bad_weights, check_heads, unsupported};
 use crate::error::Result;
+use crate::layers;
 
 /// `transformers.CLIPTextConfig`
 /// (https://huggingface.co/docs/transformers/model_doc/clip#transformers.CLIPTextConfig);
@@ -74,41 +75,90 @@ mod d {
 }
 
 pub struct Model {
-    inner: ct::ClipTextTransformer,
-    projection: Option<Linear>,
+    token: layers::Embedding,
+    position: layers::Embedding,
+    stack: layers::Stack,
+    projection: Option<layers::Linear>,
     eos_token_id: u32,
     /// Width of the pooled output: projection_dim with `text_projection`, else hidden_size.
     pooled_size: usize,
 }
+
+/// transformers' CLIP LayerNorm epsilon (the only one accepted, see `load`).
+const EPS: f64 = 1e-5;
 
 pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
     check_heads(cfg.hidden_size, cfg.num_attention_heads)?;
     if cfg.hidden_act != "quick_gelu" {
         return Err(unsupported("hidden_act", &cfg.hidden_act, "quick_gelu"));
     }
-    // candle's CLIP layers fix their LayerNorm epsilon at transformers' default.
+    // The CLIP layers were written with transformers' default LayerNorm epsilon.
     if cfg.layer_norm_eps != 1e-5 {
         return Err(unsupported("layer_norm_eps", &cfg.layer_norm_eps.to_string(), "1e-05"));
     }
-    let inner_cfg = ct::ClipTextConfig {
-        vocab_size: cfg.vocab_size,
-        embed_dim: cfg.hidden_size,
-        activation: ct::Activation::QuickGelu,
-        intermediate_size: cfg.intermediate_size,
-        max_position_embeddings: cfg.max_position_embeddings,
-        pad_with: None,
-        num_hidden_layers: cfg.num_hidden_layers,
-        num_attention_heads: cfg.num_attention_heads,
-        projection_dim: cfg.projection_dim,
+    let (h, ff) = (cfg.hidden_size, cfg.intermediate_size);
+    let t = vb.pp("text_model");
+    let load = || -> candle_core::Result<(layers::Embedding, layers::Embedding, layers::Stack)> {
+        let e = t.pp("embeddings");
+        let table =
+            |vb: VarBuilder, rows: usize| layers::Embedding::from_tensor(&vb.get((rows, h), "weight")?);
+        let token = table(e.pp("token_embedding"), cfg.vocab_size)?;
+        let position = table(e.pp("position_embedding"), cfg.max_position_embeddings)?;
+        let torch =
+            |vb: VarBuilder, o: usize, i: usize| -> candle_core::Result<(Vec<f32>, Option<Vec<f32>>)> {
+                let w = vb.get((o, i), "weight")?.flatten_all()?.to_vec1::<f32>()?;
+                Ok((w, Some(vb.get(o, "bias")?.to_vec1::<f32>()?)))
+            };
+        let lin = |vb: VarBuilder, o: usize, i: usize| -> candle_core::Result<layers::Linear> {
+            let (w, b) = torch(vb, o, i)?;
+            layers::Linear::from_torch(w, b, o, i)
+        };
+        let norm = |vb: VarBuilder| -> candle_core::Result<layers::Norm> {
+            layers::Norm::layer(
+                vb.get(h, "weight")?.to_vec1::<f32>()?,
+                Some(vb.get(h, "bias")?.to_vec1::<f32>()?),
+                EPS,
+            )
+        };
+        let stack = (0..cfg.num_hidden_layers)
+            .map(|i| {
+                let l = t.pp(format!("encoder.layers.{i}"));
+                let a = l.pp("self_attn");
+                let (k, v, q) = (
+                    torch(a.pp("k_proj"), h, h)?,
+                    torch(a.pp("v_proj"), h, h)?,
+                    torch(a.pp("q_proj"), h, h)?,
+                );
+                let qkv = layers::Linear::side_by_side(vec![q, k, v], h)?;
+                let attention_out = lin(a.pp("out_proj"), h, h)?;
+                let attention_norm = norm(l.pp("layer_norm1"))?;
+                let mlp = layers::Mlp::Plain {
+                    up: lin(l.pp("mlp.fc1"), ff, h)?,
+                    down: lin(l.pp("mlp.fc2"), h, ff)?,
+                };
+                let output_norm = norm(l.pp("layer_norm2"))?;
+                Ok(layers::Layer { qkv, attention_out, attention_norm, mlp, output_norm })
+            })
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        let spec = layers::StackSpec {
+            norm_position: layers::NormPosition::Pre,
+            final_norm: Some(norm(t.pp("final_layer_norm"))?),
+            causal: true,
+            ..layers::StackSpec::post_norm(h, cfg.num_attention_heads, layers::Activation::QuickGelu)
+        };
+        Ok((token, position, layers::Stack::new(stack, spec)?))
     };
-    let inner = ct::ClipTextTransformer::new(vb.pp("text_model"), &inner_cfg).map_err(bad_weights)?;
+    let (token, position, stack) = load().map_err(bad_weights)?;
     let projection = vb
         .contains_tensor("text_projection.weight")
-        .then(|| candle_nn::linear_no_bias(cfg.hidden_size, cfg.projection_dim, vb.pp("text_projection")))
+        .then(|| -> candle_core::Result<layers::Linear> {
+            let w = vb.pp("text_projection").get((cfg.projection_dim, h), "weight")?;
+            layers::Linear::from_torch(w.flatten_all()?.to_vec1::<f32>()?, None, cfg.projection_dim, h)
+        })
         .transpose()
         .map_err(bad_weights)?;
     let pooled_size = if projection.is_some() { cfg.projection_dim } else { cfg.hidden_size };
-    Ok(Model { inner, projection, eos_token_id: cfg.eos_token_id, pooled_size })
+    Ok(Model { token, position, stack, projection, eos_token_id: cfg.eos_token_id, pooled_size })
 }
 
 impl Model {
@@ -116,35 +166,98 @@ impl Model {
         self.pooled_size
     }
 
-    /// Causal self-attention: with right padding no real token sees a pad, so the padding
-    /// mask is not needed. CLIP has no token types.
-    pub fn forward(&self, ids: &Tensor, _type_ids: &Tensor, _mask: &Tensor) -> candle_core::Result<Tensor> {
-        self.inner.forward_with_mask(ids, usize::MAX)
+    /// The last hidden states [tokens, hidden] of a packed batch: `ids` of every sequence
+    /// end to end, sequence i at tokens bounds[i]..bounds[i + 1], positions 0.. within
+    /// each. Causal self-attention. CLIP has no token types.
+    pub fn forward_packed(
+        &self,
+        ids: &[u32],
+        _type_ids: &[u32],
+        bounds: &[usize],
+    ) -> candle_core::Result<Vec<f32>> {
+        let lengths = layers::lengths_of(bounds, ids.len())?;
+        if let Some(len) = lengths.iter().find(|l| **l > self.position.rows()) {
+            candle_core::bail!(
+                "a sequence of {len} tokens is longer than the {} positions",
+                self.position.rows()
+            );
+        }
+        let mut x = self.token.gather(ids)?;
+        self.position.add(lengths.iter().flat_map(|&len| 0..len as u32), &mut x)?;
+        self.stack.try_forward(&mut x, &lengths)?;
+        Ok(x)
     }
 
-    /// transformers' pooled output: the hidden state at the first `eos_token_id` of each row
-    /// (at the largest id when eos_token_id is 2, as configs from before transformers
-    /// #24773 are read), then `text_projection` when the checkpoint has it (`text_embeds`).
+    /// ids, type_ids, mask: [batch, seq] (right-padded) -> [batch, seq, hidden], through
+    /// `forward_packed` (zeros at padding).
+    pub fn forward(&self, ids: &Tensor, type_ids: &Tensor, mask: &Tensor) -> candle_core::Result<Tensor> {
+        super::padded::forward(ids, type_ids, mask, self.token.width(), |ids, types, bounds| {
+            self.forward_packed(ids, types, bounds)
+        })
+    }
+
+    /// Where a sequence is pooled: at its first `eos_token_id` (at the largest id when
+    /// eos_token_id is 2, as configs from before transformers #24773 are read).
+    fn eos_position(&self, row: &[u32]) -> usize {
+        if self.eos_token_id == 2 {
+            // torch.argmax: the first of the largest.
+            row.iter().enumerate().fold(0, |best, (i, id)| if *id > row[best] { i } else { best })
+        } else {
+            row.iter().position(|id| *id == self.eos_token_id).unwrap_or(0)
+        }
+    }
+
+    /// `rows` pooled hidden states, [rows, hidden], through `text_projection` when the
+    /// checkpoint has it.
+    fn project(
+        &self,
+        pooled: Vec<f32>,
+        rows: usize,
+        device: &candle_core::Device,
+    ) -> candle_core::Result<Tensor> {
+        match &self.projection {
+            Some(p) => Tensor::from_vec(p.apply(&pooled), (rows, p.outputs()), device),
+            None => Tensor::from_vec(pooled, (rows, self.token.width()), device),
+        }
+    }
+
+    /// transformers' pooled output (`text_embeds`) [sequences, pooled size] of a packed
+    /// batch's hidden states (from `forward_packed`): each sequence's hidden state at its
+    /// `eos_position`, then `text_projection` when the checkpoint has it.
+    pub fn pooler_packed(
+        &self,
+        hidden: &[f32],
+        ids: &[u32],
+        bounds: &[usize],
+    ) -> candle_core::Result<Option<Tensor>> {
+        let lengths = layers::lengths_of(bounds, ids.len())?;
+        let h = self.token.width();
+        if hidden.len() != ids.len() * h {
+            candle_core::bail!("{} hidden values for {} tokens of width {h}", hidden.len(), ids.len());
+        }
+        let mut pooled = Vec::with_capacity(lengths.len() * h);
+        for (&start, &len) in bounds.iter().zip(&lengths) {
+            if len == 0 {
+                candle_core::bail!("an empty sequence has no pooled output");
+            }
+            let at = start + self.eos_position(&ids[start..start + len]);
+            pooled.extend_from_slice(&hidden[at * h..(at + 1) * h]);
+        }
+        self.project(pooled, lengths.len(), &candle_core::Device::Cpu).map(Some)
+    }
+
+    /// As `pooler_packed`, for `forward`'s padded hidden states [batch, seq, hidden] and
+    /// the padded ids.
     pub fn pooler(&self, hidden: &Tensor, ids: &Tensor) -> candle_core::Result<Option<Tensor>> {
         let rows = ids
             .to_vec2::<u32>()?
             .iter()
             .enumerate()
-            .map(|(b, row)| {
-                let pos = if self.eos_token_id == 2 {
-                    // torch.argmax: the first of the largest.
-                    row.iter().enumerate().fold(0, |best, (i, id)| if *id > row[best] { i } else { best })
-                } else {
-                    row.iter().position(|id| *id == self.eos_token_id).unwrap_or(0)
-                };
-                hidden.i((b, pos))
-            })
+            .map(|(b, row)| hidden.i((b, self.eos_position(row))))
             .collect::<candle_core::Result<Vec<_>>>()?;
-        let pooled = Tensor::stack(&rows, 0)?;
-        match &self.projection {
-            Some(p) => p.forward(&pooled).map(Some),
-            None => Ok(Some(pooled)),
-        }
+        let count = rows.len();
+        let pooled = Tensor::stack(&rows, 0)?.flatten_all()?.to_vec1::<f32>()?;
+        self.project(pooled, count, hidden.device()).map(Some)
     }
 }
 

@@ -89,15 +89,14 @@ pub fn bad_weights(e: candle_core::Error) -> Error {
     Error::invalid_file("model.safetensors", e)
 }
 
-/// The activation of a transformers `hidden_act` string.
+/// The activation of a transformers `hidden_act` string, among those the BERT family's
+/// fixtures check.
 pub fn hidden_act(name: &str) -> Result<kernels::Activation> {
-    Ok(match name {
-        "gelu" => kernels::Activation::Gelu,
-        // transformers' gelu_new and gelu_pytorch_tanh are the tanh approximation.
-        "gelu_new" | "gelu_pytorch_tanh" => kernels::Activation::GeluTanh,
-        "relu" => kernels::Activation::Relu,
-        other => return Err(unsupported("hidden_act", other, "gelu, gelu_new, gelu_pytorch_tanh, relu")),
-    })
+    const BERT_FAMILY: &str = "gelu, gelu_new, gelu_pytorch_tanh, relu";
+    match kernels::Activation::from_hidden_act(name) {
+        Some(act) if BERT_FAMILY.split(", ").any(|n| n == name) => Ok(act),
+        _ => Err(unsupported("hidden_act", name, BERT_FAMILY)),
+    }
 }
 
 /// The most positions a config may name where a table of that length is built from the
@@ -295,7 +294,7 @@ impl Encoder {
 /// A torch `Linear` (`weight` [outputs, inputs], `bias`) under `vb`, for the kernels.
 fn linear(vb: VarBuilder, outputs: usize, inputs: usize) -> candle_core::Result<kernels::Linear> {
     let (w, b) = torch_linear(vb, outputs, inputs)?;
-    Ok(kernels::Linear::from_torch(w, b, outputs, inputs))
+    kernels::Linear::from_torch(w, Some(b), outputs, inputs)
 }
 
 /// A torch `Linear`'s `weight` [outputs, inputs] row-major and `bias` under `vb`.
@@ -305,19 +304,24 @@ fn torch_linear(vb: VarBuilder, outputs: usize, inputs: usize) -> candle_core::R
     Ok((w, b))
 }
 
-/// The BERT layer stack under `vb` (`{i}.attention.self.query`, ...), for the kernels.
+/// The BERT layer stack under `vb` (`{i}.attention.self.query`, ...), for the kernels:
+/// post-LayerNorm, biased, scaled and bidirectional.
 fn load_layers(
     vb: VarBuilder,
     spec: &Spec,
     activation: kernels::Activation,
 ) -> candle_core::Result<kernels::Stack> {
     let h = spec.hidden_size;
-    let norm = |vb: VarBuilder| -> candle_core::Result<kernels::LayerNorm> {
-        Ok(kernels::LayerNorm::new(
+    let norm = |vb: VarBuilder| -> candle_core::Result<kernels::Norm> {
+        kernels::Norm::layer(
             vb.get(h, "weight")?.to_vec1::<f32>()?,
-            vb.get(h, "bias")?.to_vec1::<f32>()?,
+            Some(vb.get(h, "bias")?.to_vec1::<f32>()?),
             spec.layer_norm_eps,
-        ))
+        )
+    };
+    let part = |vb: VarBuilder| -> candle_core::Result<(Vec<f32>, Option<Vec<f32>>)> {
+        let (w, b) = torch_linear(vb, h, h)?;
+        Ok((w, Some(b)))
     };
     let layers = (0..spec.num_hidden_layers)
         .map(|i| {
@@ -325,22 +329,20 @@ fn load_layers(
             let a = l.pp("attention");
             Ok(kernels::Layer {
                 qkv: kernels::Linear::side_by_side(
-                    vec![
-                        torch_linear(a.pp("self.query"), h, h)?,
-                        torch_linear(a.pp("self.key"), h, h)?,
-                        torch_linear(a.pp("self.value"), h, h)?,
-                    ],
+                    vec![part(a.pp("self.query"))?, part(a.pp("self.key"))?, part(a.pp("self.value"))?],
                     h,
-                ),
+                )?,
                 attention_out: linear(a.pp("output.dense"), h, h)?,
                 attention_norm: norm(a.pp("output.LayerNorm"))?,
-                up: linear(l.pp("intermediate.dense"), spec.intermediate_size, h)?,
-                down: linear(l.pp("output.dense"), h, spec.intermediate_size)?,
+                mlp: kernels::Mlp::Plain {
+                    up: linear(l.pp("intermediate.dense"), spec.intermediate_size, h)?,
+                    down: linear(l.pp("output.dense"), h, spec.intermediate_size)?,
+                },
                 output_norm: norm(l.pp("output.LayerNorm"))?,
             })
         })
         .collect::<candle_core::Result<Vec<_>>>()?;
-    Ok(kernels::Stack { layers, heads: spec.num_attention_heads, hidden: h, activation })
+    kernels::Stack::new(layers, kernels::StackSpec::post_norm(h, spec.num_attention_heads, activation))
 }
 
 /// [batch, seq] 1/0 -> [batch, 1, 1, seq] with 0 where attended and the float minimum where
@@ -350,24 +352,7 @@ pub fn additive_mask(mask: &Tensor) -> candle_core::Result<Tensor> {
     (m.ones_like()? - m)? * f32::MIN as f64
 }
 
-/// The relative-position bucket of transformers' T5 and MPNet (bidirectional): half the
-/// buckets for keys after the query, exact buckets for the nearest positions and
-/// logarithmic ones up to `max_distance`. Computed in float32 as torch computes it, so the
-/// bucket boundaries fall where transformers puts them.
-pub fn relative_position_bucket(relative_position: i64, num_buckets: usize, max_distance: usize) -> u32 {
-    let half = (num_buckets / 2) as i64;
-    let mut bucket = if relative_position > 0 { half } else { 0 };
-    let n = relative_position.abs();
-    let max_exact = half / 2;
-    bucket += if n < max_exact {
-        n
-    } else {
-        let scaled = (n as f32 / max_exact as f32).ln() / (max_distance as f32 / max_exact as f32).ln()
-            * (half - max_exact) as f32;
-        (max_exact + scaled as i64).min(half - 1)
-    };
-    bucket as u32
-}
+pub use crate::layers::relative_position_bucket;
 
 /// [1, heads, seq, seq] bias of a relative-position table [buckets, heads] for key - query.
 pub fn relative_position_bias(

@@ -2,16 +2,16 @@
 //! positions, bias-free attention and a SwiGLU feed-forward, as transformers'
 //! `NomicBertModel` computes it. Reads both transformers' names and the names of the
 //! checkpoints nomic-ai publishes (fused `Wqkv`, `fc11`/`fc12`/`fc2`, `norm1`/`norm2`,
-//! `emb_ln`, config keys `n_embd`, `n_layer`, ...). Written here: candle-transformers has
-//! no NomicBERT.
+//! `emb_ln`, config keys `n_embd`, `n_layer`, ...). Runs on the layer library's stack over
+//! packed tokens.
 
-use candle_core::{DType, Module, Tensor};
-use candle_nn::{Embedding, LayerNorm, Linear, VarBuilder};
+use candle_core::Tensor;
+use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
-use super::encoder::{additive_mask, bad_weights, check_eps, check_heads, check_rope_theta, unsupported};
+use super::encoder::{bad_weights, check_eps, check_heads, check_rope_theta, unsupported};
 use crate::error::Result;
-use crate::heads::Activation;
+use crate::layers::{self, Activation};
 
 /// `transformers.NomicBertConfig`, with the key names of nomic-ai's own config as aliases;
 /// defaults are transformers' defaults.
@@ -100,28 +100,11 @@ mod d {
     }
 }
 
-struct Layer {
-    q: Linear,
-    k: Linear,
-    v: Linear,
-    o: Linear,
-    attn_norm: LayerNorm,
-    gate: Linear,
-    up: Linear,
-    down: Linear,
-    mlp_norm: LayerNorm,
-}
-
 pub struct Model {
-    word: Embedding,
-    token_type: Option<Embedding>,
-    norm: LayerNorm,
-    layers: Vec<Layer>,
-    heads: usize,
-    head_dim: usize,
-    act: Activation,
-    /// 1 / theta^(2i / head_dim)
-    inv_freq: Vec<f32>,
+    word: layers::Embedding,
+    token_type: Option<layers::Embedding>,
+    norm: layers::Norm,
+    stack: layers::Stack,
 }
 
 impl Config {
@@ -191,88 +174,110 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
     // nomic-ai's checkpoints fuse q, k and v into `attn.Wqkv` and name layers differently.
     let hub = vb.contains_tensor("encoder.layers.0.attn.Wqkv.weight");
     let load = || -> candle_core::Result<Model> {
-        let no_bias = |vb: VarBuilder, i, o| candle_nn::linear_no_bias(i, o, vb);
-        let layers = (0..cfg.num_hidden_layers)
-            .map(|i| -> candle_core::Result<Layer> {
+        let weight = |vb: VarBuilder, o: usize, i: usize| -> candle_core::Result<Vec<f32>> {
+            vb.get((o, i), "weight")?.flatten_all()?.to_vec1::<f32>()
+        };
+        let no_bias =
+            |vb: VarBuilder, i: usize, o: usize| layers::Linear::from_torch(weight(vb, o, i)?, None, o, i);
+        let norm = |vb: VarBuilder| -> candle_core::Result<layers::Norm> {
+            layers::Norm::layer(
+                vb.get(h, "weight")?.to_vec1::<f32>()?,
+                Some(vb.get(h, "bias")?.to_vec1::<f32>()?),
+                eps,
+            )
+        };
+        // SwiGLU: act(gate x) * (up x), gate and up side by side in one product.
+        let gated =
+            |gate: Vec<f32>, up: Vec<f32>| layers::Linear::side_by_side(vec![(gate, None), (up, None)], h);
+        let stack = (0..cfg.num_hidden_layers)
+            .map(|i| -> candle_core::Result<layers::Layer> {
                 if hub {
                     let l = vb.pp(format!("encoder.layers.{i}"));
-                    let qkv = l.get((3 * h, h), "attn.Wqkv.weight")?;
-                    let part =
-                        |n: usize| Ok::<_, candle_core::Error>(Linear::new(qkv.narrow(0, n * h, h)?, None));
-                    Ok(Layer {
-                        q: part(0)?,
-                        k: part(1)?,
-                        v: part(2)?,
-                        o: no_bias(l.pp("attn.out_proj"), h, h)?,
-                        attn_norm: candle_nn::layer_norm(h, eps, l.pp("norm1"))?,
-                        up: no_bias(l.pp("mlp.fc11"), h, ff)?,
-                        gate: no_bias(l.pp("mlp.fc12"), h, ff)?,
+                    let qkv =
+                        layers::Linear::from_torch(weight(l.pp("attn.Wqkv"), 3 * h, h)?, None, 3 * h, h)?;
+                    let attention_out = no_bias(l.pp("attn.out_proj"), h, h)?;
+                    let attention_norm = norm(l.pp("norm1"))?;
+                    let (up, gate) = (weight(l.pp("mlp.fc11"), ff, h)?, weight(l.pp("mlp.fc12"), ff, h)?);
+                    let mlp = layers::Mlp::Gated {
+                        gate_up: gated(gate, up)?,
                         down: no_bias(l.pp("mlp.fc2"), ff, h)?,
-                        mlp_norm: candle_nn::layer_norm(h, eps, l.pp("norm2"))?,
+                    };
+                    Ok(layers::Layer {
+                        qkv,
+                        attention_out,
+                        attention_norm,
+                        mlp,
+                        output_norm: norm(l.pp("norm2"))?,
                     })
                 } else {
                     let l = vb.pp(format!("layers.{i}"));
-                    Ok(Layer {
-                        q: no_bias(l.pp("self_attn.q_proj"), h, h)?,
-                        k: no_bias(l.pp("self_attn.k_proj"), h, h)?,
-                        v: no_bias(l.pp("self_attn.v_proj"), h, h)?,
-                        o: no_bias(l.pp("self_attn.o_proj"), h, h)?,
-                        attn_norm: candle_nn::layer_norm(h, eps, l.pp("post_attention_layernorm"))?,
-                        gate: no_bias(l.pp("mlp.gate_proj"), h, ff)?,
-                        up: no_bias(l.pp("mlp.up_proj"), h, ff)?,
+                    let a = l.pp("self_attn");
+                    let (q, k, v) = (
+                        weight(a.pp("q_proj"), h, h)?,
+                        weight(a.pp("k_proj"), h, h)?,
+                        weight(a.pp("v_proj"), h, h)?,
+                    );
+                    let qkv = layers::Linear::side_by_side(vec![(q, None), (k, None), (v, None)], h)?;
+                    let attention_out = no_bias(a.pp("o_proj"), h, h)?;
+                    let attention_norm = norm(l.pp("post_attention_layernorm"))?;
+                    let (gate, up) =
+                        (weight(l.pp("mlp.gate_proj"), ff, h)?, weight(l.pp("mlp.up_proj"), ff, h)?);
+                    let mlp = layers::Mlp::Gated {
+                        gate_up: gated(gate, up)?,
                         down: no_bias(l.pp("mlp.down_proj"), ff, h)?,
-                        mlp_norm: candle_nn::layer_norm(h, eps, l.pp("post_mlp_layernorm"))?,
-                    })
+                    };
+                    let output_norm = norm(l.pp("post_mlp_layernorm"))?;
+                    Ok(layers::Layer { qkv, attention_out, attention_norm, mlp, output_norm })
                 }
             })
             .collect::<candle_core::Result<Vec<_>>>()?;
         let e = vb.pp("embeddings");
-        Ok(Model {
-            word: candle_nn::embedding(cfg.vocab_size, h, e.pp("word_embeddings"))?,
-            token_type: (cfg.type_vocab_size > 0)
-                .then(|| candle_nn::embedding(cfg.type_vocab_size, h, e.pp("token_type_embeddings")))
-                .transpose()?,
-            norm: candle_nn::layer_norm(h, eps, if hub { vb.pp("emb_ln") } else { e.pp("LayerNorm") })?,
-            layers,
-            heads: cfg.num_attention_heads,
+        let table =
+            |vb: VarBuilder, rows: usize| layers::Embedding::from_tensor(&vb.get((rows, h), "weight")?);
+        let word = table(e.pp("word_embeddings"), cfg.vocab_size)?;
+        let token_type = (cfg.type_vocab_size > 0)
+            .then(|| table(e.pp("token_type_embeddings"), cfg.type_vocab_size))
+            .transpose()?;
+        let norm = norm(if hub { vb.pp("emb_ln") } else { e.pp("LayerNorm") })?;
+        let spec = layers::StackSpec {
             head_dim,
-            act,
-            inv_freq: (0..head_dim)
-                .step_by(2)
-                .map(|i| 1.0 / (theta as f32).powf(i as f32 / head_dim as f32))
-                .collect(),
-        })
+            rotary: Some(layers::Rotary::new(head_dim, theta)),
+            ..layers::StackSpec::post_norm(h, cfg.num_attention_heads, act)
+        };
+        Ok(Model { word, token_type, norm, stack: layers::Stack::new(stack, spec)? })
     };
     load().map_err(bad_weights)
 }
 
 impl Model {
-    pub fn forward(&self, ids: &Tensor, type_ids: &Tensor, mask: &Tensor) -> candle_core::Result<Tensor> {
-        let (b, s) = ids.dims2()?;
-        let mut x = self.word.forward(ids)?;
-        if let Some(tt) = &self.token_type {
-            x = (x + tt.forward(type_ids)?)?;
+    /// The last hidden states [tokens, hidden] of a packed batch: `ids` and `type_ids` of
+    /// every sequence end to end, sequence i at tokens bounds[i]..bounds[i + 1]; rotary
+    /// positions 0.. within each.
+    pub fn forward_packed(
+        &self,
+        ids: &[u32],
+        type_ids: &[u32],
+        bounds: &[usize],
+    ) -> candle_core::Result<Vec<f32>> {
+        let lengths = layers::lengths_of(bounds, ids.len())?;
+        let mut x = self.word.gather(ids)?;
+        if let Some(token_type) = &self.token_type {
+            if type_ids.len() != ids.len() {
+                candle_core::bail!("{} token type ids for {} tokens", type_ids.len(), ids.len());
+            }
+            token_type.add(type_ids.iter().copied(), &mut x)?;
         }
-        let mut x = self.norm.forward(&x)?;
-        // cos / sin [s, head_dim / 2] for positions 0..s (non-interleaved halves, rotate_half).
-        let freqs: Vec<f32> = (0..s).flat_map(|p| self.inv_freq.iter().map(move |f| p as f32 * f)).collect();
-        let freqs = Tensor::from_vec(freqs, (s, self.inv_freq.len()), ids.device())?;
-        let (cos, sin) = (freqs.cos()?, freqs.sin()?);
-        let mask = additive_mask(mask)?;
-        let split = |t: Tensor| t.reshape((b, s, self.heads, self.head_dim))?.transpose(1, 2)?.contiguous();
-        let scale = (self.head_dim as f64).powf(-0.5);
-        for layer in &self.layers {
-            let q = candle_nn::rotary_emb::rope(&split(layer.q.forward(&x)?)?, &cos, &sin)?;
-            let k = candle_nn::rotary_emb::rope(&split(layer.k.forward(&x)?)?, &cos, &sin)?;
-            let v = split(layer.v.forward(&x)?)?;
-            let scores = (q.matmul(&k.t()?)? * scale)?.broadcast_add(&mask)?;
-            let probs = candle_nn::ops::softmax_last_dim(&scores.to_dtype(DType::F32)?)?;
-            let ctx = probs.matmul(&v)?.transpose(1, 2)?.reshape((b, s, self.heads * self.head_dim))?;
-            x = layer.attn_norm.forward(&(x + layer.o.forward(&ctx)?)?)?;
-            let y = (self.act.apply(&layer.gate.forward(&x)?)? * layer.up.forward(&x)?)?;
-            x = layer.mlp_norm.forward(&(x + layer.down.forward(&y)?)?)?;
-        }
+        self.norm.forward(&mut x);
+        self.stack.try_forward(&mut x, &lengths)?;
         Ok(x)
+    }
+
+    /// ids, type_ids, mask: [batch, seq] (right-padded) -> [batch, seq, hidden], through
+    /// `forward_packed` (zeros at padding).
+    pub fn forward(&self, ids: &Tensor, type_ids: &Tensor, mask: &Tensor) -> candle_core::Result<Tensor> {
+        super::padded::forward(ids, type_ids, mask, self.word.width(), |ids, types, bounds| {
+            self.forward_packed(ids, types, bounds)
+        })
     }
 }
 

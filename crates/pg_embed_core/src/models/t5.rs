@@ -1,18 +1,15 @@
 //! T5 encoder (sentence-t5, gtr-t5 with their Dense heads): RMS-norm before each block,
 //! unscaled attention with a relative position bias from the first block, ReLU or gated
-//! feed-forward, as transformers' `T5EncoderModel` computes it. Written here:
-//! candle-transformers' T5 encoder takes no attention mask, so a padded batch would differ
-//! from one input at a time.
+//! feed-forward, as transformers' `T5EncoderModel` computes it, on the layer library's
+//! stack over packed tokens.
 
-use candle_core::{DType, Module, Tensor};
-use candle_nn::{Embedding, Linear, VarBuilder};
+use candle_core::Tensor;
+use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
-use super::encoder::{
-    additive_mask, bad_weights, check_buckets, check_eps, relative_position_bias, unsupported,
-};
+use super::encoder::{bad_weights, check_buckets, check_eps, unsupported};
 use crate::error::{Error, Result};
-use crate::heads::Activation;
+use crate::layers::{self, Activation};
 
 /// `transformers.T5Config` (https://huggingface.co/docs/transformers/model_doc/t5#transformers.T5Config);
 /// defaults are transformers' defaults.
@@ -75,30 +72,9 @@ mod d {
     }
 }
 
-struct Block {
-    attn_norm: Tensor,
-    q: Linear,
-    k: Linear,
-    v: Linear,
-    o: Linear,
-    ff_norm: Tensor,
-    /// wi (or wi_0 when gated), the gate wi_1, wo
-    wi: Linear,
-    gate: Option<Linear>,
-    wo: Linear,
-}
-
 pub struct Model {
-    embed: Embedding,
-    relative_attention_bias: Embedding,
-    blocks: Vec<Block>,
-    final_norm: Tensor,
-    heads: usize,
-    d_kv: usize,
-    eps: f64,
-    act: Activation,
-    buckets: usize,
-    max_distance: usize,
+    embed: layers::Embedding,
+    stack: layers::Stack,
 }
 
 /// `feed_forward_proj`: "relu", "gelu", "gated-gelu" (which T5 runs as gelu_new), ... ->
@@ -138,86 +114,101 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
     check_eps("layer_norm_epsilon", cfg.layer_norm_epsilon)?;
     check_buckets(cfg.relative_attention_num_buckets, cfg.relative_attention_max_distance)?;
     let (d, ff) = (cfg.d_model, cfg.d_ff);
-    let lin = |vb: VarBuilder, i: usize, o: usize| candle_nn::linear_no_bias(i, o, vb);
     let load = || -> candle_core::Result<Model> {
         // T5EncoderModel stores the embedding as `shared` (tied to encoder.embed_tokens).
         let embed_name = if vb.contains_tensor("shared.weight") { "shared" } else { "encoder.embed_tokens" };
         let e = vb.pp("encoder");
+        let weight = |vb: VarBuilder, o: usize, i: usize| -> candle_core::Result<Vec<f32>> {
+            vb.get((o, i), "weight")?.flatten_all()?.to_vec1::<f32>()
+        };
+        let lin =
+            |vb: VarBuilder, i: usize, o: usize| layers::Linear::from_torch(weight(vb, o, i)?, None, o, i);
+        let norm = |vb: &VarBuilder, name: &str| -> candle_core::Result<layers::Norm> {
+            Ok(layers::Norm::rms(vb.get(d, name)?.to_vec1::<f32>()?, cfg.layer_norm_epsilon))
+        };
         let blocks = (0..cfg.num_layers)
             .map(|i| {
                 let b = e.pp(format!("block.{i}"));
                 let a = b.pp("layer.0.SelfAttention");
                 let f = b.pp("layer.1.DenseReluDense");
-                Ok(Block {
-                    attn_norm: b.get(d, "layer.0.layer_norm.weight")?,
-                    q: lin(a.pp("q"), d, inner)?,
-                    k: lin(a.pp("k"), d, inner)?,
-                    v: lin(a.pp("v"), d, inner)?,
-                    o: lin(a.pp("o"), inner, d)?,
-                    ff_norm: b.get(d, "layer.1.layer_norm.weight")?,
-                    wi: lin(f.pp(if gated { "wi_0" } else { "wi" }), d, ff)?,
-                    gate: gated.then(|| lin(f.pp("wi_1"), d, ff)).transpose()?,
-                    wo: lin(f.pp("wo"), ff, d)?,
-                })
+                let attention_norm = norm(&b, "layer.0.layer_norm.weight")?;
+                let qkv = layers::Linear::side_by_side(
+                    vec![
+                        (weight(a.pp("q"), inner, d)?, None),
+                        (weight(a.pp("k"), inner, d)?, None),
+                        (weight(a.pp("v"), inner, d)?, None),
+                    ],
+                    d,
+                )?;
+                let attention_out = lin(a.pp("o"), inner, d)?;
+                let output_norm = norm(&b, "layer.1.layer_norm.weight")?;
+                // Gated: act(wi_0 x) * (wi_1 x), then wo.
+                let mlp = if gated {
+                    layers::Mlp::Gated {
+                        gate_up: layers::Linear::side_by_side(
+                            vec![(weight(f.pp("wi_0"), ff, d)?, None), (weight(f.pp("wi_1"), ff, d)?, None)],
+                            d,
+                        )?,
+                        down: lin(f.pp("wo"), ff, d)?,
+                    }
+                } else {
+                    layers::Mlp::Plain { up: lin(f.pp("wi"), d, ff)?, down: lin(f.pp("wo"), ff, d)? }
+                };
+                Ok(layers::Layer { qkv, attention_out, attention_norm, mlp, output_norm })
             })
             .collect::<candle_core::Result<Vec<_>>>()?;
-        Ok(Model {
-            embed: candle_nn::embedding(cfg.vocab_size, d, vb.pp(embed_name))?,
-            relative_attention_bias: candle_nn::embedding(
+        let embed = layers::Embedding::from_tensor(&vb.pp(embed_name).get((cfg.vocab_size, d), "weight")?)?;
+        let table = e
+            .pp("block.0.layer.0.SelfAttention.relative_attention_bias")
+            .get((cfg.relative_attention_num_buckets, cfg.num_heads), "weight")?
+            .flatten_all()?
+            .to_vec1::<f32>()?;
+        let spec = layers::StackSpec {
+            hidden: d,
+            heads: cfg.num_heads,
+            kv_heads: cfg.num_heads,
+            head_dim: cfg.d_kv,
+            activation: act,
+            norm_position: layers::NormPosition::Pre,
+            final_norm: Some(norm(&e, "final_layer_norm.weight")?),
+            // No 1/sqrt(d) scaling in T5.
+            scaled: false,
+            causal: false,
+            rotary: None,
+            // The position bias of the first block serves every block.
+            relative_bias: Some(layers::RelativeBias::new(
+                table,
                 cfg.relative_attention_num_buckets,
                 cfg.num_heads,
-                e.pp("block.0.layer.0.SelfAttention.relative_attention_bias"),
-            )?,
-            blocks,
-            final_norm: e.get(d, "final_layer_norm.weight")?,
-            heads: cfg.num_heads,
-            d_kv: cfg.d_kv,
-            eps: cfg.layer_norm_epsilon,
-            act,
-            buckets: cfg.relative_attention_num_buckets,
-            max_distance: cfg.relative_attention_max_distance,
-        })
+                cfg.relative_attention_max_distance,
+            )?),
+        };
+        Ok(Model { embed, stack: layers::Stack::new(blocks, spec)? })
     };
     load().map_err(bad_weights)
 }
 
 impl Model {
-    /// T5's LayerNorm: no mean, no bias (an RMS norm).
-    fn norm(&self, x: &Tensor, weight: &Tensor) -> candle_core::Result<Tensor> {
-        candle_nn::ops::rms_norm(x, weight, self.eps as f32)
+    /// The last hidden states [tokens, d_model] of a packed batch: `ids` of every sequence
+    /// end to end, sequence i at tokens bounds[i]..bounds[i + 1]. T5 has no token types.
+    pub fn forward_packed(
+        &self,
+        ids: &[u32],
+        _type_ids: &[u32],
+        bounds: &[usize],
+    ) -> candle_core::Result<Vec<f32>> {
+        let lengths = layers::lengths_of(bounds, ids.len())?;
+        let mut x = self.embed.gather(ids)?;
+        self.stack.try_forward(&mut x, &lengths)?;
+        Ok(x)
     }
 
-    /// T5 has no token types.
-    pub fn forward(&self, ids: &Tensor, _type_ids: &Tensor, mask: &Tensor) -> candle_core::Result<Tensor> {
-        let (b, s) = ids.dims2()?;
-        // The position bias of the first block, with padding masked, serves every block.
-        let bias = relative_position_bias(
-            &self.relative_attention_bias,
-            s,
-            self.buckets,
-            self.max_distance,
-            ids.device(),
-        )?
-        .broadcast_add(&additive_mask(mask)?)?;
-        let split = |x: Tensor| x.reshape((b, s, self.heads, self.d_kv))?.transpose(1, 2)?.contiguous();
-        let mut h = self.embed.forward(ids)?;
-        for block in &self.blocks {
-            let x = self.norm(&h, &block.attn_norm)?;
-            let (q, k, v) =
-                (split(block.q.forward(&x)?)?, split(block.k.forward(&x)?)?, split(block.v.forward(&x)?)?);
-            // No 1/sqrt(d) scaling in T5.
-            let scores = q.matmul(&k.t()?)?.broadcast_add(&bias)?;
-            let probs = candle_nn::ops::softmax_last_dim(&scores.to_dtype(DType::F32)?)?;
-            let ctx = probs.matmul(&v)?.transpose(1, 2)?.reshape((b, s, self.heads * self.d_kv))?;
-            h = (h + block.o.forward(&ctx)?)?;
-            let x = self.norm(&h, &block.ff_norm)?;
-            let mut y = self.act.apply(&block.wi.forward(&x)?)?;
-            if let Some(gate) = &block.gate {
-                y = (y * gate.forward(&x)?)?;
-            }
-            h = (h + block.wo.forward(&y)?)?;
-        }
-        self.norm(&h, &self.final_norm)
+    /// ids, type_ids, mask: [batch, seq] (right-padded) -> [batch, seq, d_model], through
+    /// `forward_packed` (zeros at padding).
+    pub fn forward(&self, ids: &Tensor, type_ids: &Tensor, mask: &Tensor) -> candle_core::Result<Tensor> {
+        super::padded::forward(ids, type_ids, mask, self.embed.width(), |ids, types, bounds| {
+            self.forward_packed(ids, types, bounds)
+        })
     }
 }
 

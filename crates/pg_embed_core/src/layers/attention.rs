@@ -1,0 +1,318 @@
+//! Attention over packed sequences: per sequence and head, softmax(scale Q K^T + bias) V,
+//! with optional causal masks, rotary positions applied to Q and K beforehand, an additive
+//! bias per head by relative position, and grouped-query heads (fewer K/V heads than Q
+//! heads, each K/V head shared by a group of consecutive Q heads).
+
+use rayon::prelude::*;
+
+use super::math::{exp, sum};
+use super::stack::{Buf, Share};
+
+/// An additive attention bias per head, [heads, size, size], read at [head, query, key]
+/// for positions within each sequence: a sequence of length len reads the top-left len x
+/// len block (MPNet's and T5's relative position bias).
+pub struct AttentionBias<'a> {
+    pub values: &'a [f32],
+    pub size: usize,
+}
+
+/// The relative-position bucket of transformers' T5 and MPNet (bidirectional): half the
+/// buckets for keys after the query, exact buckets for the nearest positions and
+/// logarithmic ones up to `max_distance`. Computed in float32 as torch computes it, so the
+/// bucket boundaries fall where transformers puts them.
+pub fn relative_position_bucket(relative_position: i64, num_buckets: usize, max_distance: usize) -> u32 {
+    let half = (num_buckets / 2) as i64;
+    let mut bucket = if relative_position > 0 { half } else { 0 };
+    let n = relative_position.abs();
+    let max_exact = half / 2;
+    bucket += if n < max_exact {
+        n
+    } else {
+        let scaled = (n as f32 / max_exact as f32).ln() / (max_distance as f32 / max_exact as f32).ln()
+            * (half - max_exact) as f32;
+        (max_exact + scaled as i64).min(half - 1)
+    };
+    bucket as u32
+}
+
+/// A bias per head looked up by relative position in a bucket table (T5's and MPNet's
+/// `relative_attention_bias`, [buckets, heads]).
+pub struct RelativeBias {
+    table: Vec<f32>,
+    buckets: usize,
+    heads: usize,
+    max_distance: usize,
+}
+
+impl RelativeBias {
+    /// `table` [buckets, heads] row-major.
+    pub fn new(
+        table: Vec<f32>,
+        buckets: usize,
+        heads: usize,
+        max_distance: usize,
+    ) -> candle_core::Result<Self> {
+        if Some(table.len()) != buckets.checked_mul(heads) {
+            candle_core::bail!(
+                "a relative position table of {} values is not [{buckets}, {heads}]",
+                table.len()
+            );
+        }
+        if buckets / 4 == 0 || max_distance <= buckets / 4 {
+            candle_core::bail!(
+                "{buckets} relative position buckets do not cover a distance of {max_distance}"
+            );
+        }
+        Ok(RelativeBias { table, buckets, heads, max_distance })
+    }
+
+    pub fn heads(&self) -> usize {
+        self.heads
+    }
+
+    /// The bias [heads, size, size] at [head, query, key] for key - query.
+    pub fn values(&self, size: usize) -> Vec<f32> {
+        let mut out = vec![0f32; self.heads * size * size];
+        for q in 0..size {
+            for k in 0..size {
+                let bucket =
+                    relative_position_bucket(k as i64 - q as i64, self.buckets, self.max_distance) as usize;
+                let row = &self.table[bucket * self.heads..(bucket + 1) * self.heads];
+                for (head, b) in row.iter().enumerate() {
+                    out[(head * size + q) * size + k] = *b;
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Rotary positions, non-interleaved (the two halves of each head rotated together, as
+/// transformers' `rotate_half`), at positions 0..len-1 within each sequence.
+pub struct Rotary {
+    /// 1 / theta^(2i / head_dim) for i < head_dim / 2.
+    inv_freq: Vec<f32>,
+}
+
+impl Rotary {
+    pub fn new(head_dim: usize, theta: f64) -> Self {
+        let inv_freq =
+            (0..head_dim).step_by(2).map(|i| 1.0 / (theta as f32).powf(i as f32 / head_dim as f32)).collect();
+        Rotary { inv_freq }
+    }
+
+    /// Half the head width this rotates.
+    pub fn half(&self) -> usize {
+        self.inv_freq.len()
+    }
+
+    /// (cos, sin) [positions, half] of the angles position x frequency.
+    pub(crate) fn table(&self, positions: usize) -> (Vec<f32>, Vec<f32>) {
+        let angles: Vec<f32> =
+            (0..positions).flat_map(|p| self.inv_freq.iter().map(move |f| p as f32 * f)).collect();
+        (angles.iter().map(|a| a.cos()).collect(), angles.iter().map(|a| a.sin()).collect())
+    }
+}
+
+/// Rotates `heads` heads of `head_dim` at the start of `row` for `position`: the first half
+/// x1 and second half x2 of each become x1 cos - x2 sin and x1 sin + x2 cos.
+pub(crate) fn rotate(row: &mut [f32], heads: usize, head_dim: usize, cos: &[f32], sin: &[f32]) {
+    let half = head_dim / 2;
+    for head in row[..heads * head_dim].chunks_exact_mut(head_dim) {
+        let (a, b) = head.split_at_mut(half);
+        for (((x1, x2), c), s) in a.iter_mut().zip(b.iter_mut()).zip(cos).zip(sin) {
+            let (u, v) = (*x1, *x2);
+            *x1 = u * c - v * s;
+            *x2 = u * s + v * c;
+        }
+    }
+}
+
+/// The shape of attention: `heads` query heads and `kv_heads` key/value heads of
+/// `head_dim` each, `scale` on the scores, a causal mask or not. The packed Q, K and V of a
+/// token are side by side: [heads head_dim | kv_heads head_dim | kv_heads head_dim].
+#[derive(Clone, Copy)]
+pub(crate) struct Heads {
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub scale: f32,
+    pub causal: bool,
+}
+
+impl Heads {
+    /// Width of a token's Q, K and V side by side.
+    pub fn qkv_width(&self) -> usize {
+        (self.heads + 2 * self.kv_heads) * self.head_dim
+    }
+
+    /// Width of a token's attended values (all query heads).
+    pub fn width(&self) -> usize {
+        self.heads * self.head_dim
+    }
+}
+
+/// (offset, length, head) of every sequence and head of a packed batch: attention's tasks.
+pub(crate) fn attention_tasks(lengths: &[usize], heads: usize) -> Vec<(usize, usize, usize)> {
+    let mut tasks = Vec::with_capacity(lengths.len() * heads);
+    let mut offset = 0;
+    for &len in lengths {
+        if len > 0 {
+            tasks.extend((0..heads).map(|head| (offset, len, head)));
+        }
+        offset += len;
+    }
+    tasks
+}
+
+dispatch! {
+    /// Each row of `x` (`width` wide) plus `add`'s row, replaced by e^(x - its maximum);
+    /// `inverse_sums` gets 1 / the sum of each row (the softmax is `x * inverse_sums`, applied
+    /// after the product with V as torch's fused attention does). With `causal`, row i
+    /// covers its first i + 1 values and the rest become 0.
+    pub(crate) fn unnormalized_softmax_rows(
+        x: &mut [f32],
+        width: usize,
+        add: Option<(&[f32], usize)>,
+        causal: bool,
+        inverse_sums: &mut [f32],
+    ) {
+        if width == 0 {
+            return;
+        }
+        for ((i, row), inv) in x.chunks_exact_mut(width).enumerate().zip(inverse_sums.iter_mut()) {
+            let (row, masked) = row.split_at_mut(if causal { (i + 1).min(width) } else { width });
+            masked.fill(0.0);
+            if let Some((add, stride)) = add {
+                for (s, a) in row.iter_mut().zip(&add[i * stride..]) {
+                    *s += a;
+                }
+            }
+            // (A comparison, not f32::max, whose NaN rule keeps the loop from vectorising;
+            // a NaN score gives a NaN row either way.)
+            let max = row.iter().fold(f32::NEG_INFINITY, |m, &v| if v > m { v } else { m });
+            for s in row.iter_mut() {
+                *s = exp(*s - max);
+            }
+            *inv = 1.0 / sum(row);
+        }
+    }
+}
+
+/// Dot-product attention of every sequence and head (`tasks`, from `attention_tasks`):
+/// `qkv` [tokens, qkv width] as `Heads` lays it out, written to `out` [tokens, heads
+/// head_dim]; in a team, chunks of the tasks.
+///
+/// # Safety
+/// `out` is valid for writes of [tokens, heads head_dim]; no other thread reads or writes
+/// this share's blocks of it meanwhile.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn attention(
+    qkv: &[f32],
+    shape: Heads,
+    lengths: &[usize],
+    tasks: &[(usize, usize, usize)],
+    bias: Option<&AttentionBias>,
+    out: Buf,
+    share: Share,
+) {
+    let d = shape.head_dim;
+    let stride = shape.qkv_width();
+    let width = shape.width();
+    let group = shape.heads / shape.kv_heads.max(1);
+    let tokens: usize = lengths.iter().sum();
+    assert_eq!(qkv.len(), tokens * stride, "qkv size");
+    assert_eq!(out.len, tokens * width, "context size");
+    assert!(group > 0 && shape.heads % group == 0 && shape.heads / group == shape.kv_heads, "kv heads");
+    if let Some(b) = bias {
+        let longest = lengths.iter().copied().max().unwrap_or(0);
+        assert!(b.size >= longest && b.values.len() == shape.heads * b.size * b.size, "bias size");
+    }
+    let task = |&(offset, len, head): &(usize, usize, usize)| {
+        SCORES.with_borrow_mut(|(scores, inverse_sums)| {
+            scores.clear();
+            scores.resize(len * len, 0.0);
+            inverse_sums.clear();
+            inverse_sums.resize(len, 0.0);
+            let kv = head / group;
+            let q = qkv[offset * stride + head * d..].as_ptr();
+            let k = qkv[offset * stride + width + kv * d..].as_ptr();
+            let v = qkv[offset * stride + width + (shape.kv_heads + kv) * d..].as_ptr();
+            // SAFETY: q, k and v address rows offset..offset + len of qkv (checked size) at
+            // row stride `stride`, columns within one head; scores is [len, len]; the context
+            // block (rows offset..offset + len, columns head d..(head + 1) d of out) belongs to
+            // this task alone.
+            unsafe {
+                // scores = scale * Q K^T
+                gemm::gemm(
+                    len,
+                    len,
+                    d,
+                    scores.as_mut_ptr(),
+                    1,
+                    len as isize,
+                    false,
+                    q,
+                    1,
+                    stride as isize,
+                    k,
+                    stride as isize,
+                    1,
+                    0.0,
+                    shape.scale,
+                    false,
+                    false,
+                    false,
+                    gemm::Parallelism::None,
+                );
+            }
+            let add = bias.map(|b| (&b.values[head * b.size * b.size..(head + 1) * b.size * b.size], b.size));
+            unnormalized_softmax_rows(scores, len, add, shape.causal, inverse_sums);
+            unsafe {
+                // context = P V
+                gemm::gemm(
+                    len,
+                    d,
+                    len,
+                    out.at(offset * width + head * d),
+                    1,
+                    width as isize,
+                    false,
+                    scores.as_ptr(),
+                    1,
+                    len as isize,
+                    v,
+                    1,
+                    stride as isize,
+                    0.0,
+                    1.0,
+                    false,
+                    false,
+                    false,
+                    gemm::Parallelism::None,
+                );
+            }
+            for (row, inv) in inverse_sums.iter().enumerate() {
+                // SAFETY: row < len: this task's block of out, d values from column head d.
+                let out =
+                    unsafe { std::slice::from_raw_parts_mut(out.at((offset + row) * width + head * d), d) };
+                for v in out {
+                    *v *= inv;
+                }
+            }
+        });
+    };
+    share.split(tasks.len(), |part| {
+        let mine = &tasks[part];
+        if share.member.is_none() && share.threads > 1 && mine.len() > 1 {
+            mine.par_iter().for_each(task);
+        } else {
+            mine.iter().for_each(task);
+        }
+    });
+}
+
+thread_local! {
+    /// One head's attention scores and their rows' inverse sums (reused across calls).
+    static SCORES: std::cell::RefCell<(Vec<f32>, Vec<f32>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+}

@@ -1,0 +1,531 @@
+//! The stack of transformer layers over packed tokens, and how its work is shared out.
+//!
+//! A batch of several sequences is split into one group of whole sequences per compute
+//! thread, each group on single-threaded products with no synchronisation between layers;
+//! one or a few sequences run on all the threads as one team (`crate::threads::team`) that
+//! shares out every step: columns of a product, rows of a norm, sequences and heads of
+//! attention.
+
+use rayon::prelude::*;
+
+use super::activation::Activation;
+use super::attention::{attention, attention_tasks, rotate, AttentionBias, Heads, RelativeBias, Rotary};
+use super::linear::Linear;
+use super::norm::Norm;
+
+/// Where a layer's norms sit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NormPosition {
+    /// After each block's residual sum (BERT, NomicBERT): `attention_norm` after attention,
+    /// `output_norm` after the MLP.
+    Post,
+    /// Before each block, on its input (T5, CLIP): `attention_norm` before attention,
+    /// `output_norm` before the MLP; the residual stream itself is not normalised.
+    Pre,
+}
+
+/// A layer's feed-forward block.
+pub enum Mlp {
+    /// down(act(up(x))).
+    Plain { up: Linear, down: Linear },
+    /// down(act(gate(x)) * up(x)), with gate and up side by side in one product: `gate_up`
+    /// [2 ff, hidden], the gate's ff outputs first.
+    Gated { gate_up: Linear, down: Linear },
+}
+
+impl Mlp {
+    /// Width of the first product's output.
+    fn inner(&self) -> usize {
+        match self {
+            Mlp::Plain { up, .. } => up.outputs(),
+            Mlp::Gated { gate_up, .. } => gate_up.outputs(),
+        }
+    }
+
+    /// Width of the gated values (0 for a plain MLP).
+    fn gated(&self) -> usize {
+        match self {
+            Mlp::Plain { .. } => 0,
+            Mlp::Gated { gate_up, .. } => gate_up.outputs() / 2,
+        }
+    }
+}
+
+/// One transformer layer.
+pub struct Layer {
+    /// Q, K and V side by side: [heads head_dim + 2 kv_heads head_dim, hidden].
+    pub qkv: Linear,
+    pub attention_out: Linear,
+    /// After attention (post-norm) or before it (pre-norm).
+    pub attention_norm: Norm,
+    pub mlp: Mlp,
+    /// After the MLP (post-norm) or before it (pre-norm).
+    pub output_norm: Norm,
+}
+
+impl Layer {
+    fn linears(&self) -> [&Linear; 4] {
+        let (first, down) = match &self.mlp {
+            Mlp::Plain { up, down } => (up, down),
+            Mlp::Gated { gate_up, down } => (gate_up, down),
+        };
+        [&self.qkv, &self.attention_out, first, down]
+    }
+}
+
+/// What a stack is, besides its layers.
+pub struct StackSpec {
+    pub hidden: usize,
+    pub heads: usize,
+    /// Key/value heads: `heads` for plain attention, fewer (dividing it) for grouped-query.
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub activation: Activation,
+    pub norm_position: NormPosition,
+    /// A norm over the last layer's output (pre-norm stacks).
+    pub final_norm: Option<Norm>,
+    /// Scores scaled by 1 / sqrt(head_dim) (T5's are not).
+    pub scaled: bool,
+    pub causal: bool,
+    pub rotary: Option<Rotary>,
+    /// A bias per head by relative position, added to every layer's scores.
+    pub relative_bias: Option<RelativeBias>,
+}
+
+impl StackSpec {
+    /// The BERT family's: post-norm, scaled, bidirectional, no positions in the stack.
+    pub fn post_norm(hidden: usize, heads: usize, activation: Activation) -> Self {
+        StackSpec {
+            hidden,
+            heads,
+            kv_heads: heads,
+            head_dim: if heads == 0 { 0 } else { hidden / heads },
+            activation,
+            norm_position: NormPosition::Post,
+            final_norm: None,
+            scaled: true,
+            causal: false,
+            rotary: None,
+            relative_bias: None,
+        }
+    }
+}
+
+/// A stack of layers, every architecture's (see the module's parameters in `StackSpec`).
+pub struct Stack {
+    pub layers: Vec<Layer>,
+    pub hidden: usize,
+    shape: Heads,
+    activation: Activation,
+    position: NormPosition,
+    final_norm: Option<Norm>,
+    pub(super) rotary: Option<Rotary>,
+    pub(super) relative_bias: Option<RelativeBias>,
+}
+
+/// What one call adds to the layers: the attention bias and the rotary table.
+pub(super) struct Call<'a> {
+    pub bias: Option<&'a AttentionBias<'a>>,
+    /// (cos, sin) [longest, head_dim / 2].
+    pub rope: Option<(&'a [f32], &'a [f32])>,
+}
+
+impl Stack {
+    /// The stack, with every width checked against the spec.
+    pub fn new(layers: Vec<Layer>, spec: StackSpec) -> candle_core::Result<Self> {
+        let StackSpec { hidden, heads, kv_heads, head_dim, .. } = spec;
+        if hidden == 0 || heads == 0 || head_dim == 0 || kv_heads == 0 || heads % kv_heads != 0 {
+            candle_core::bail!(
+                "a stack of width {hidden} with {heads} heads of {head_dim} and {kv_heads} key/value heads"
+            );
+        }
+        let shape = Heads {
+            heads,
+            kv_heads,
+            head_dim,
+            scale: if spec.scaled { 1.0 / (head_dim as f32).sqrt() } else { 1.0 },
+            causal: spec.causal,
+        };
+        if spec.rotary.as_ref().is_some_and(|r| head_dim % 2 != 0 || r.half() != head_dim / 2) {
+            candle_core::bail!("rotary positions need an even head width, not {head_dim}");
+        }
+        if spec.relative_bias.as_ref().is_some_and(|b| b.heads() != heads) {
+            candle_core::bail!("a relative position bias for other than {heads} heads");
+        }
+        if spec.final_norm.as_ref().is_some_and(|n| n.width() != hidden) {
+            candle_core::bail!("a final norm of other than {hidden} values");
+        }
+        for (i, l) in layers.iter().enumerate() {
+            let mlp_ok = match &l.mlp {
+                Mlp::Plain { up, down } => {
+                    up.inputs() == hidden && up.outputs() > 0 && down.inputs() == up.outputs()
+                }
+                Mlp::Gated { gate_up, down } => {
+                    gate_up.inputs() == hidden
+                        && gate_up.outputs() > 0
+                        && gate_up.outputs() % 2 == 0
+                        && down.inputs() == gate_up.outputs() / 2
+                }
+            };
+            let down = l.linears()[3];
+            if l.qkv.inputs() != hidden
+                || l.qkv.outputs() != shape.qkv_width()
+                || l.attention_out.inputs() != shape.width()
+                || l.attention_out.outputs() != hidden
+                || l.attention_norm.width() != hidden
+                || l.output_norm.width() != hidden
+                || !mlp_ok
+                || down.outputs() != hidden
+            {
+                candle_core::bail!(
+                    "layer {i}'s sizes do not fit a stack of width {hidden} with {heads} heads"
+                );
+            }
+        }
+        Ok(Stack {
+            layers,
+            hidden,
+            shape,
+            activation: spec.activation,
+            position: spec.norm_position,
+            final_norm: spec.final_norm,
+            rotary: spec.rotary,
+            relative_bias: spec.relative_bias,
+        })
+    }
+
+    /// As `forward`, with the sizes checked first: `x` [tokens, hidden], the sequences of
+    /// `lengths` end to end.
+    pub fn try_forward(&self, x: &mut [f32], lengths: &[usize]) -> candle_core::Result<()> {
+        let tokens = lengths.iter().try_fold(0usize, |a, l| a.checked_add(*l));
+        if tokens.and_then(|t| t.checked_mul(self.hidden)) != Some(x.len()) {
+            candle_core::bail!("{} values are not the {:?} tokens of width {}", x.len(), tokens, self.hidden);
+        }
+        self.forward(x, lengths, None);
+        Ok(())
+    }
+
+    /// Runs every layer over `x`: [tokens, hidden], the sequences of `lengths` end to end.
+    /// `bias`, when given, is added to every layer's scores instead of the stack's own
+    /// relative position bias.
+    pub fn forward(&self, x: &mut [f32], lengths: &[usize], bias: Option<&AttentionBias>) {
+        let threads = rayon::current_num_threads().max(1);
+        let tokens: usize = lengths.iter().sum();
+        assert_eq!(x.len(), tokens * self.hidden, "packed input size");
+        let longest = lengths.iter().copied().max().unwrap_or(0);
+        let own = match (bias, &self.relative_bias) {
+            (None, Some(table)) => Some(table.values(longest)),
+            _ => None,
+        };
+        let own = own.as_deref().map(|values| AttentionBias { values, size: longest });
+        let rope = self.rotary.as_ref().map(|r| r.table(longest));
+        let call = Call { bias: bias.or(own.as_ref()), rope: rope.as_ref().map(|(c, s)| (&c[..], &s[..])) };
+        if threads > 1 && lengths.len() >= 2 * threads {
+            // One group of whole sequences per thread, of about equal token counts.
+            let mut groups: Vec<(&mut [f32], &[usize])> = Vec::with_capacity(threads);
+            let (mut rest, mut rest_lengths) = (x, lengths);
+            for g in 0..threads {
+                let left: usize = rest_lengths.iter().sum();
+                let want = left / (threads - g);
+                let mut count = 0;
+                let mut taken = 0;
+                while count < rest_lengths.len() && (taken < want || count == 0) {
+                    taken += rest_lengths[count];
+                    count += 1;
+                }
+                if g == threads - 1 {
+                    count = rest_lengths.len();
+                    taken = left;
+                }
+                let (head, tail) = std::mem::take(&mut rest).split_at_mut(taken * self.hidden);
+                groups.push((head, &rest_lengths[..count]));
+                rest = tail;
+                rest_lengths = &rest_lengths[count..];
+            }
+            groups.into_par_iter().for_each(|(x, lengths)| self.run(x, lengths, &call, 1));
+        } else {
+            self.run(x, lengths, &call, threads);
+        }
+    }
+
+    /// The layers over `x` on `threads` threads. With several threads and packed weights,
+    /// the pool's threads run the layers as one team (`crate::threads::team`) that splits
+    /// every step into chunks and waits for them between steps, with no fork and join per
+    /// step (measured, single-sentence p50 over the bench corpus on 2 threads: 7.5 ms
+    /// against 10.4 ms with a fork and join per step, of which the product's prefetch,
+    /// added at the same time, accounts for 12-15%); otherwise each step forks and joins.
+    /// (Every weight kind runs in a team; torch-layout weights keep the fork and join,
+    /// where the `gemm` crate shares each product out itself.)
+    fn run(&self, x: &mut [f32], lengths: &[usize], call: &Call, threads: usize) {
+        let teamed = threads > 1 && self.layers.iter().all(|l| l.linears().iter().all(|w| w.is_packed()));
+        self.run_as(x, lengths, call, threads, teamed)
+    }
+
+    pub(super) fn run_as(&self, x: &mut [f32], lengths: &[usize], call: &Call, threads: usize, teamed: bool) {
+        let tokens: usize = lengths.iter().sum();
+        if tokens == 0 {
+            return;
+        }
+        let h = self.hidden;
+        let normed = if self.position == NormPosition::Pre { h } else { 0 };
+        let inner = self.layers.iter().map(|l| l.mlp.inner()).max().unwrap_or(0);
+        let gated = self.layers.iter().map(|l| l.mlp.gated()).max().unwrap_or(0);
+        let need = tokens * (self.shape.qkv_width() + self.shape.width() + h + normed + inner + gated);
+        let mut scratch = ACTIVATIONS.take();
+        if scratch.capacity() < need {
+            scratch = zeroed(need);
+        }
+        scratch.resize(need, 0.0);
+        let (qkv, rest) = scratch.split_at_mut(tokens * self.shape.qkv_width());
+        let (context, rest) = rest.split_at_mut(tokens * self.shape.width());
+        let (attended, rest) = rest.split_at_mut(tokens * h);
+        let (normed, rest) = rest.split_at_mut(tokens * normed);
+        let (inner, glu) = rest.split_at_mut(tokens * inner);
+        let buffers = Buffers {
+            x: Buf::of(x),
+            qkv: Buf::of(qkv),
+            context: Buf::of(context),
+            attended: Buf::of(attended),
+            normed: Buf::of(normed),
+            inner: Buf::of(inner),
+            glu: Buf::of(glu),
+        };
+        let positions: Vec<u32> = match call.rope {
+            Some(_) => lengths.iter().flat_map(|&len| 0..len as u32).collect(),
+            None => Vec::new(),
+        };
+        if teamed && threads == rayon::current_num_threads() {
+            crate::threads::team(self.step_count(), |member| {
+                // SAFETY: the buffers outlive the team; every step's shares are disjoint
+                // and the team meets between steps (see `steps`).
+                unsafe {
+                    self.steps(
+                        &buffers,
+                        lengths,
+                        call,
+                        &positions,
+                        Share { member: Some(member), threads: 1 },
+                    )
+                }
+            });
+        } else {
+            // SAFETY: this thread alone runs the steps; the buffers outlive them.
+            unsafe { self.steps(&buffers, lengths, call, &positions, Share { member: None, threads }) }
+        }
+        if scratch.capacity() <= KEEP_ACTIVATIONS {
+            ACTIVATIONS.set(scratch);
+        }
+    }
+
+    /// The steps `steps` takes (each `Share::split` one team step).
+    fn step_count(&self) -> usize {
+        let per_layer = |l: &Layer| 7 + usize::from(self.rotary.is_some()) + usize::from(l.mlp.gated() > 0);
+        self.layers.iter().map(per_layer).sum::<usize>() + usize::from(self.final_norm.is_some())
+    }
+
+    /// The layers, step by step: each step reads buffers no thread writes in it and writes
+    /// chunks of one buffer (columns of a product, rows of a norm, sequences and heads of
+    /// attention); in a team, a step ends when all its chunks are done.
+    ///
+    /// # Safety
+    /// The buffers are valid, of the sizes `run` makes, and not used elsewhere meanwhile;
+    /// every thread of the team runs this with the same arguments.
+    unsafe fn steps(&self, b: &Buffers, lengths: &[usize], call: &Call, positions: &[u32], share: Share) {
+        let h = self.hidden;
+        let tokens = b.x.len / h;
+        let act = self.activation;
+        let activation = |rows: &mut [f32]| act.apply(rows);
+        let tasks = attention_tasks(lengths, self.shape.heads);
+        let pre = self.position == NormPosition::Pre;
+        let Heads { heads, kv_heads, head_dim, .. } = self.shape;
+        let (qkv_width, width) = (self.shape.qkv_width(), self.shape.width());
+        unsafe {
+            for layer in &self.layers {
+                let input = if pre {
+                    normed_rows(b.x, b.normed, h, share, &layer.attention_norm);
+                    b.normed
+                } else {
+                    b.x
+                };
+                layer.qkv.forward_shared(input.get(), None, None, b.qkv, share);
+                if let Some((cos, sin)) = call.rope {
+                    let half = head_dim / 2;
+                    rows_shared(b.qkv, qkv_width, share, &|first, rows| {
+                        for (i, row) in rows.chunks_exact_mut(qkv_width).enumerate() {
+                            let p = positions[first + i] as usize;
+                            let (cos, sin) = (&cos[p * half..(p + 1) * half], &sin[p * half..(p + 1) * half]);
+                            rotate(row, heads, head_dim, cos, sin);
+                            rotate(&mut row[width..], kv_heads, head_dim, cos, sin);
+                        }
+                    });
+                }
+                attention(b.qkv.get(), self.shape, lengths, &tasks, call.bias, b.context, share);
+                layer.attention_out.forward_shared(b.context.get(), Some(b.x.get()), None, b.attended, share);
+                let mlp_input = if pre {
+                    normed_rows(b.attended, b.normed, h, share, &layer.output_norm);
+                    b.normed
+                } else {
+                    rows_shared(b.attended, h, share, &|_, rows| layer.attention_norm.forward(rows));
+                    b.attended
+                };
+                match &layer.mlp {
+                    Mlp::Plain { up, down } => {
+                        let inner = Buf { ptr: b.inner.ptr, len: tokens * up.outputs() };
+                        up.forward_shared(mlp_input.get(), None, Some(&activation), inner, share);
+                        down.forward_shared(inner.get(), Some(b.attended.get()), None, b.x, share);
+                    }
+                    Mlp::Gated { gate_up, down } => {
+                        let ff = gate_up.outputs() / 2;
+                        let inner = Buf { ptr: b.inner.ptr, len: tokens * 2 * ff };
+                        let glu = Buf { ptr: b.glu.ptr, len: tokens * ff };
+                        gate_up.forward_shared(mlp_input.get(), None, None, inner, share);
+                        let both = inner.get();
+                        rows_shared(glu, ff, share, &|first, rows| {
+                            for (i, row) in rows.chunks_exact_mut(ff).enumerate() {
+                                let from = &both[(first + i) * 2 * ff..(first + i + 1) * 2 * ff];
+                                act.gated(&from[..ff], &from[ff..], row);
+                            }
+                        });
+                        down.forward_shared(glu.get(), Some(b.attended.get()), None, b.x, share);
+                    }
+                }
+                if !pre {
+                    rows_shared(b.x, h, share, &|_, rows| layer.output_norm.forward(rows));
+                }
+            }
+            if let Some(norm) = &self.final_norm {
+                rows_shared(b.x, h, share, &|_, rows| norm.forward(rows));
+            }
+        }
+    }
+}
+
+thread_local! {
+    /// The intermediate activations of the last forward pass on this thread, kept for the
+    /// next one when they are small (single inputs): no allocation, page faults or zeroing
+    /// per call, and a resident size that does not move.
+    static ACTIVATIONS: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// The most floats of intermediate activations a thread keeps between calls: 4 MB, a
+/// 256-token input of a 384-wide model. Batches allocate theirs and give them back.
+const KEEP_ACTIVATIONS: usize = 1 << 20;
+
+/// `n` zeros. A large buffer is mapped fresh (the allocator's threshold is fixed, see
+/// `crate::threads`), not written here, and backed by huge pages (measured: page faults
+/// were ~5% of a batch's time with 4 kB pages).
+fn zeroed(n: usize) -> Vec<f32> {
+    let v = vec![0f32; n];
+    crate::threads::huge_pages(&v);
+    v
+}
+
+/// The activations of one forward pass, shared by the threads of a team (`normed` and `glu`
+/// empty where the stack has no use for them).
+struct Buffers {
+    x: Buf,
+    qkv: Buf,
+    context: Buf,
+    attended: Buf,
+    normed: Buf,
+    inner: Buf,
+    glu: Buf,
+}
+
+/// A buffer that may cross to the pool's threads; who writes which part of it, and when,
+/// is the business of the code that shares it.
+#[derive(Clone, Copy)]
+pub(crate) struct Buf {
+    pub ptr: *mut f32,
+    pub len: usize,
+}
+unsafe impl Send for Buf {}
+unsafe impl Sync for Buf {}
+
+impl Buf {
+    pub fn of(v: &mut [f32]) -> Self {
+        Buf { ptr: v.as_mut_ptr(), len: v.len() }
+    }
+
+    /// The address of element `i` (a method, so that closures capture the whole `Buf`,
+    /// which may cross threads, not its pointer).
+    ///
+    /// # Safety
+    /// `i` is within the buffer.
+    pub unsafe fn at(self, i: usize) -> *mut f32 {
+        unsafe { self.ptr.add(i) }
+    }
+
+    /// # Safety
+    /// No thread writes the buffer while the slice lives.
+    pub unsafe fn get<'a>(self) -> &'a [f32] {
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+/// How the work of one step is shared: alone (`member` None), this thread does all of it
+/// with `threads` rayon threads; in a team, the step is cut into chunks that the team's
+/// threads claim.
+#[derive(Clone, Copy)]
+pub(crate) struct Share<'a> {
+    pub member: Option<&'a crate::threads::Member<'a>>,
+    pub threads: usize,
+}
+
+impl Share<'_> {
+    /// `f` over ranges that together cover 0..n: all of it when alone; in a team, one
+    /// team step whose chunks are the ranges.
+    pub fn split(&self, n: usize, f: impl Fn(std::ops::Range<usize>)) {
+        match self.member {
+            None => f(0..n),
+            Some(m) => {
+                let chunks = m.count().min(n).max(1);
+                m.step(chunks, |c| f(n * c / chunks..n * (c + 1) / chunks))
+            }
+        }
+    }
+}
+
+/// `f(first row, rows)` over the rows of `buf`, shared as `share` says.
+///
+/// # Safety
+/// No thread but those of `share` reads or writes the buffer meanwhile.
+unsafe fn rows_shared(buf: Buf, width: usize, share: Share, f: &(dyn Fn(usize, &mut [f32]) + Sync)) {
+    let rows = buf.len / width.max(1);
+    share.split(rows, |part| {
+        // SAFETY: the rows are within the buffer, and each range is this call's alone.
+        let mine =
+            unsafe { std::slice::from_raw_parts_mut(buf.ptr.add(part.start * width), part.len() * width) };
+        if share.member.is_some() {
+            f(part.start, mine)
+        } else {
+            for_rows(mine, width, share.threads, &|first, rows| f(part.start + first, rows))
+        }
+    })
+}
+
+/// `to` = `norm`(`from`), row by row, shared as `share` says.
+///
+/// # Safety
+/// As `rows_shared` for `to`; no thread writes `from` meanwhile; they do not overlap.
+unsafe fn normed_rows(from: Buf, to: Buf, width: usize, share: Share, norm: &Norm) {
+    unsafe {
+        let from = from.get();
+        rows_shared(to, width, share, &|first, rows| {
+            rows.copy_from_slice(&from[first * width..first * width + rows.len()]);
+            norm.forward(rows);
+        })
+    }
+}
+
+/// `f(first row, rows)` over whole rows of `x`, split across `threads` when there are
+/// several.
+pub(crate) fn for_rows(x: &mut [f32], width: usize, threads: usize, f: &(dyn Fn(usize, &mut [f32]) + Sync)) {
+    let rows = x.len() / width.max(1);
+    if threads > 1 && rows >= 2 * threads {
+        let per = rows.div_ceil(threads);
+        x.par_chunks_mut(per * width).enumerate().for_each(|(i, c)| f(i * per, c));
+    } else {
+        f(0, x);
+    }
+}

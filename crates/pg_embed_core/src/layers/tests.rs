@@ -1,0 +1,508 @@
+//! The layers against plain loops: every parameter of the stack (norm position and kind,
+//! biases, plain and gated MLPs, scaling, causal masks, rotary positions, relative bias,
+//! grouped-query heads), alone and in a team, with packed and torch-layout weights.
+
+use super::attention::unnormalized_softmax_rows;
+use super::*;
+use crate::matmul;
+
+#[test]
+fn erf_is_within_5e_7_of_the_exact_value() {
+    // The reference: candle's f64 erf (a port of the Boost implementation).
+    let mut worst = 0f64;
+    for i in -60_000..=60_000 {
+        let x = i as f64 / 10_000.0;
+        let got = erf(x as f32) as f64;
+        let want = candle_core::cpu::erf::erf_f64(x);
+        worst = worst.max((got - want).abs());
+    }
+    eprintln!("erf worst {worst:e}");
+    assert!(worst < 5e-7, "worst {worst:e}");
+}
+
+#[test]
+fn exp_is_within_2_ulp_over_the_softmax_range() {
+    let mut worst = 0f64;
+    for i in 0..=870_000 {
+        let x = -(i as f32) / 10_000.0;
+        let want = (x as f64).exp();
+        worst = worst.max(((exp(x) as f64) - want).abs() / want);
+    }
+    assert!(worst < 2.5e-7, "worst relative error {worst:e}");
+}
+
+#[test]
+fn softmax_rows_with_a_bias_match_the_definition() {
+    for causal in [false, true] {
+        let mut x: Vec<f32> = (0..12).map(|i| (i as f32 * 0.7).sin() * 3.0).collect();
+        let add: Vec<f32> = (0..16).map(|i| i as f32 * 0.05).collect();
+        let want: Vec<f32> = x
+            .chunks(3)
+            .enumerate()
+            .flat_map(|(i, row)| {
+                let e: Vec<f64> = row
+                    .iter()
+                    .enumerate()
+                    .map(|(j, v)| if causal && j > i { 0.0 } else { ((v + add[i * 4 + j]) as f64).exp() })
+                    .collect();
+                let s: f64 = e.iter().sum();
+                e.into_iter().map(move |v| (v / s) as f32)
+            })
+            .collect();
+        let mut inverse_sums = [0f32; 4];
+        unnormalized_softmax_rows(&mut x, 3, Some((&add, 4)), causal, &mut inverse_sums);
+        for (i, (g, w)) in x.iter().zip(&want).enumerate() {
+            let g = g * inverse_sums[i / 3];
+            assert!((g - w).abs() < 1e-6, "causal {causal}: {g} vs {w}");
+        }
+    }
+}
+
+#[test]
+fn activations_match_their_definitions() {
+    let xs: Vec<f32> = (-300..=300).map(|i| i as f32 * 0.1).collect();
+    let cases: [(Activation, fn(f64) -> f64); 7] = [
+        (Activation::Silu, |x| x / (1.0 + (-x).exp())),
+        (Activation::QuickGelu, |x| x / (1.0 + (-1.702 * x).exp())),
+        (Activation::Sigmoid, |x| 1.0 / (1.0 + (-x).exp())),
+        (Activation::Tanh, f64::tanh),
+        (Activation::LeakyRelu, |x| if x >= 0.0 { x } else { 0.01 * x }),
+        (Activation::Softplus, |x| if x > 20.0 { x } else { x.exp().ln_1p() }),
+        (Activation::Identity, |x| x),
+    ];
+    for (act, want) in cases {
+        let mut got = xs.clone();
+        act.apply(&mut got);
+        for (x, g) in xs.iter().zip(&got) {
+            let w = want(*x as f64);
+            assert!((*g as f64 - w).abs() <= 1e-6 * w.abs().max(1.0), "{act:?}({x}) = {g}, not {w}");
+        }
+    }
+    for (name, act) in [
+        ("gelu", Activation::Gelu),
+        ("gelu_new", Activation::GeluTanh),
+        ("quick_gelu", Activation::QuickGelu),
+        ("swish", Activation::Silu),
+    ] {
+        assert_eq!(Activation::from_hidden_act(name), Some(act));
+    }
+    assert_eq!(Activation::from_hidden_act("mish"), None);
+}
+
+#[test]
+fn linear_matches_a_plain_product() {
+    let (rows, k, n) = (5, 7, 3);
+    let weight: Vec<f32> = (0..n * k).map(|i| (i as f32 * 0.37).sin()).collect();
+    let bias: Vec<f32> = (0..n).map(|i| i as f32 * 0.1).collect();
+    let x: Vec<f32> = (0..rows * k).map(|i| (i as f32 * 0.11).cos()).collect();
+    let residual: Vec<f32> = (0..rows * n).map(|i| i as f32).collect();
+    for packed in [false, matmul::available()] {
+        for biased in [true, false] {
+            let b = biased.then(|| bias.clone());
+            let layer = Linear::with_layout(weight.clone(), b, n, k, packed).unwrap();
+            let mut out = vec![0f32; rows * n];
+            layer.forward(&x, Some(&residual), None, &mut out, 1);
+            for r in 0..rows {
+                for o in 0..n {
+                    let want: f32 = (0..k).map(|i| x[r * k + i] * weight[o * k + i]).sum::<f32>()
+                        + if biased { bias[o] } else { 0.0 }
+                        + residual[r * n + o];
+                    assert!((out[r * n + o] - want).abs() < 1e-5, "packed {packed}: row {r} col {o}");
+                }
+            }
+        }
+    }
+    assert!(Linear::from_torch(vec![0.0; 5], None, 2, 3).is_err());
+}
+
+/// Deterministic values in [-scale, scale].
+fn noise(n: usize, seed: u64, scale: f32) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
+        })
+        .collect()
+}
+
+/// The settings of one test stack.
+#[derive(Clone, Copy, Debug)]
+struct Setting {
+    pre: bool,
+    rms: bool,
+    biased: bool,
+    gated: bool,
+    scaled: bool,
+    causal: bool,
+    rotary: bool,
+    relative: bool,
+    heads: usize,
+    kv_heads: usize,
+}
+
+const HIDDEN: usize = 24;
+const HEAD_DIM: usize = 6;
+const FF: usize = 40;
+const LAYERS: usize = 2;
+
+/// A layer's weights in torch's layout.
+struct Raw {
+    qkv: Vec<f32>,
+    qkv_b: Vec<f32>,
+    o: Vec<f32>,
+    o_b: Vec<f32>,
+    n1: (Vec<f32>, Vec<f32>),
+    up: Vec<f32>,
+    up_b: Vec<f32>,
+    down: Vec<f32>,
+    down_b: Vec<f32>,
+    n2: (Vec<f32>, Vec<f32>),
+}
+
+fn raw(s: &Setting, seed: u64) -> Raw {
+    let qkv_w = (s.heads + 2 * s.kv_heads) * HEAD_DIM;
+    let width = s.heads * HEAD_DIM;
+    let up = if s.gated { 2 * FF } else { FF };
+    let norm =
+        |seed| (noise(HIDDEN, seed, 0.3).iter().map(|v| 1.0 + v).collect(), noise(HIDDEN, seed + 1, 0.2));
+    Raw {
+        qkv: noise(qkv_w * HIDDEN, seed, 0.3),
+        qkv_b: noise(qkv_w, seed + 1, 0.1),
+        o: noise(HIDDEN * width, seed + 2, 0.3),
+        o_b: noise(HIDDEN, seed + 3, 0.1),
+        n1: norm(seed + 4),
+        up: noise(up * HIDDEN, seed + 6, 0.3),
+        up_b: noise(up, seed + 7, 0.1),
+        down: noise(HIDDEN * FF, seed + 8, 0.2),
+        down_b: noise(HIDDEN, seed + 9, 0.1),
+        n2: norm(seed + 10),
+    }
+}
+
+const BUCKETS: usize = 8;
+const MAX_DISTANCE: usize = 12;
+
+fn stack(s: &Setting, raws: &[Raw], packed: bool) -> Stack {
+    let qkv_w = (s.heads + 2 * s.kv_heads) * HEAD_DIM;
+    let width = s.heads * HEAD_DIM;
+    let up = if s.gated { 2 * FF } else { FF };
+    let lin = |w: &Vec<f32>, b: &Vec<f32>, o, i| {
+        Linear::with_layout(w.clone(), s.biased.then(|| b.clone()), o, i, packed).unwrap()
+    };
+    let norm = |(w, b): &(Vec<f32>, Vec<f32>)| {
+        if s.rms {
+            Norm::rms(w.clone(), 1e-6)
+        } else {
+            Norm::layer(w.clone(), s.biased.then(|| b.clone()), 1e-5).unwrap()
+        }
+    };
+    let layers = raws
+        .iter()
+        .map(|r| Layer {
+            qkv: lin(&r.qkv, &r.qkv_b, qkv_w, HIDDEN),
+            attention_out: lin(&r.o, &r.o_b, HIDDEN, width),
+            attention_norm: norm(&r.n1),
+            mlp: if s.gated {
+                Mlp::Gated {
+                    gate_up: lin(&r.up, &r.up_b, up, HIDDEN),
+                    down: lin(&r.down, &r.down_b, HIDDEN, FF),
+                }
+            } else {
+                Mlp::Plain { up: lin(&r.up, &r.up_b, up, HIDDEN), down: lin(&r.down, &r.down_b, HIDDEN, FF) }
+            },
+            output_norm: norm(&r.n2),
+        })
+        .collect();
+    let spec = StackSpec {
+        hidden: HIDDEN,
+        heads: s.heads,
+        kv_heads: s.kv_heads,
+        head_dim: HEAD_DIM,
+        activation: if s.gated { Activation::Silu } else { Activation::Gelu },
+        norm_position: if s.pre { NormPosition::Pre } else { NormPosition::Post },
+        final_norm: s.pre.then(|| norm(&raws[0].n2)),
+        scaled: s.scaled,
+        causal: s.causal,
+        rotary: s.rotary.then(|| Rotary::new(HEAD_DIM, 100.0)),
+        relative_bias: s.relative.then(|| {
+            RelativeBias::new(noise(BUCKETS * s.heads, 99, 1.0), BUCKETS, s.heads, MAX_DISTANCE).unwrap()
+        }),
+    };
+    Stack::new(layers, spec).unwrap()
+}
+
+/// The same stack in plain f64 loops, one sequence at a time.
+fn reference(s: &Setting, raws: &[Raw], x: &[f32], lengths: &[usize]) -> Vec<f32> {
+    let h = HIDDEN;
+    let d = HEAD_DIM;
+    let width = s.heads * d;
+    let qkv_w = (s.heads + 2 * s.kv_heads) * d;
+    let linear = |x: &[f64], w: &[f32], b: &[f32], o: usize| -> Vec<f64> {
+        let i = x.len();
+        (0..o)
+            .map(|r| {
+                (0..i).map(|c| x[c] * w[r * i + c] as f64).sum::<f64>()
+                    + if s.biased { b[r] as f64 } else { 0.0 }
+            })
+            .collect()
+    };
+    let norm = |x: &[f64], (w, b): &(Vec<f32>, Vec<f32>)| -> Vec<f64> {
+        let n = x.len() as f64;
+        let mean = if s.rms { 0.0 } else { x.iter().sum::<f64>() / n };
+        let var = x.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n;
+        let eps = if s.rms { 1e-6 } else { 1e-5 };
+        x.iter()
+            .enumerate()
+            .map(|(i, v)| {
+                (v - mean) / (var + eps).sqrt() * w[i] as f64
+                    + if s.biased && !s.rms { b[i] as f64 } else { 0.0 }
+            })
+            .collect()
+    };
+    let act = |v: f64| -> f64 {
+        if s.gated {
+            v / (1.0 + (-v).exp())
+        } else {
+            0.5 * v * (1.0 + candle_core::cpu::erf::erf_f64(v / 2f64.sqrt()))
+        }
+    };
+    let table = noise(BUCKETS * s.heads, 99, 1.0);
+    let rotary = Rotary::new(d, 100.0);
+    let (cos, sin) = rotary.table(64);
+    let mut out = Vec::new();
+    let mut start = 0;
+    for &len in lengths {
+        let mut xs: Vec<Vec<f64>> = (0..len)
+            .map(|t| x[(start + t) * h..(start + t + 1) * h].iter().map(|v| *v as f64).collect())
+            .collect();
+        start += len;
+        for r in raws {
+            let input: Vec<Vec<f64>> =
+                xs.iter().map(|v| if s.pre { norm(v, &r.n1) } else { v.clone() }).collect();
+            let mut qkv: Vec<Vec<f64>> = input.iter().map(|v| linear(v, &r.qkv, &r.qkv_b, qkv_w)).collect();
+            if s.rotary {
+                for (p, row) in qkv.iter_mut().enumerate() {
+                    for head in 0..s.heads + s.kv_heads {
+                        let at = head * d;
+                        for i in 0..d / 2 {
+                            let (c, sn) = (cos[p * d / 2 + i] as f64, sin[p * d / 2 + i] as f64);
+                            let (a, b) = (row[at + i], row[at + i + d / 2]);
+                            row[at + i] = a * c - b * sn;
+                            row[at + i + d / 2] = a * sn + b * c;
+                        }
+                    }
+                }
+            }
+            let mut context = vec![vec![0f64; width]; len];
+            for head in 0..s.heads {
+                let kv = head / (s.heads / s.kv_heads);
+                for q in 0..len {
+                    let keys = if s.causal { q + 1 } else { len };
+                    let scores: Vec<f64> = (0..keys)
+                        .map(|k| {
+                            let dot: f64 =
+                                (0..d).map(|i| qkv[q][head * d + i] * qkv[k][width + kv * d + i]).sum();
+                            let scale = if s.scaled { 1.0 / (d as f64).sqrt() } else { 1.0 };
+                            let bias = if s.relative {
+                                let bucket =
+                                    relative_position_bucket(k as i64 - q as i64, BUCKETS, MAX_DISTANCE);
+                                table[bucket as usize * s.heads + head] as f64
+                            } else {
+                                0.0
+                            };
+                            dot * scale + bias
+                        })
+                        .collect();
+                    let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                    let e: Vec<f64> = scores.iter().map(|v| (v - max).exp()).collect();
+                    let total: f64 = e.iter().sum();
+                    for i in 0..d {
+                        context[q][head * d + i] =
+                            (0..keys).map(|k| e[k] / total * qkv[k][width + (s.kv_heads + kv) * d + i]).sum();
+                    }
+                }
+            }
+            for t in 0..len {
+                let attended: Vec<f64> =
+                    linear(&context[t], &r.o, &r.o_b, h).iter().zip(&xs[t]).map(|(a, b)| a + b).collect();
+                let attended = if s.pre { attended } else { norm(&attended, &r.n1) };
+                let mlp_in = if s.pre { norm(&attended, &r.n2) } else { attended.clone() };
+                let inner: Vec<f64> = if s.gated {
+                    let both = linear(&mlp_in, &r.up, &r.up_b, 2 * FF);
+                    (0..FF).map(|i| act(both[i]) * both[FF + i]).collect()
+                } else {
+                    linear(&mlp_in, &r.up, &r.up_b, FF).into_iter().map(act).collect()
+                };
+                let y: Vec<f64> =
+                    linear(&inner, &r.down, &r.down_b, h).iter().zip(&attended).map(|(a, b)| a + b).collect();
+                xs[t] = if s.pre { y } else { norm(&y, &r.n2) };
+            }
+        }
+        for v in xs {
+            let v = if s.pre { norm(&v, &raws[0].n2) } else { v };
+            out.extend(v.into_iter().map(|v| v as f32));
+        }
+    }
+    out
+}
+
+fn check(s: Setting) {
+    let raws: Vec<Raw> = (0..LAYERS).map(|l| raw(&s, 10 + 100 * l as u64)).collect();
+    let lengths = [5, 1, 9, 3, 7, 2];
+    let tokens: usize = lengths.iter().sum();
+    let x = noise(tokens * HIDDEN, 7, 1.0);
+    let want = reference(&s, &raws, &x, &lengths);
+    let layouts: &[bool] = if matmul::available() { &[false, true] } else { &[false] };
+    for &packed in layouts {
+        let st = stack(&s, &raws, packed);
+        let close = |got: &[f32], what: &str| {
+            let worst = got.iter().zip(&want).map(|(g, w)| (g - w).abs()).fold(0f32, f32::max);
+            assert!(worst < 2e-4, "{s:?}, packed {packed}, {what}: max abs diff {worst}");
+        };
+        // Alone, one by one.
+        let mut one = Vec::new();
+        let mut at = 0;
+        for &len in &lengths {
+            let mut part = x[at * HIDDEN..(at + len) * HIDDEN].to_vec();
+            crate::threads::run(1, || st.try_forward(&mut part, &[len])).unwrap().unwrap();
+            one.extend(part);
+            at += len;
+        }
+        close(&one, "one by one");
+        // One batch: groups of sequences per thread, then one team over one sequence.
+        for threads in [1, 2, 3] {
+            let mut batch = x.clone();
+            crate::threads::run(threads, || st.try_forward(&mut batch, &lengths)).unwrap().unwrap();
+            close(&batch, &format!("batch on {threads} threads"));
+            let mut single = x[..lengths[0] * HIDDEN].to_vec();
+            crate::threads::run(threads, || st.try_forward(&mut single, &lengths[..1])).unwrap().unwrap();
+            close(&single, &format!("first alone on {threads} threads"));
+        }
+        // A team over every weight kind (torch-layout stacks otherwise fork and join).
+        let mut teamed = x.clone();
+        crate::threads::run(2, || {
+            let longest = 9;
+            let bias = st.relative_bias.as_ref().map(|b| b.values(longest));
+            let bias = bias.as_deref().map(|values| AttentionBias { values, size: longest });
+            let rope = st.rotary.as_ref().map(|r| r.table(longest));
+            let call =
+                stack::Call { bias: bias.as_ref(), rope: rope.as_ref().map(|(c, s)| (&c[..], &s[..])) };
+            st.run_as(&mut teamed, &lengths, &call, 2, true)
+        })
+        .unwrap();
+        close(&teamed, "team");
+    }
+}
+
+#[test]
+fn the_bert_layer_matches_plain_loops() {
+    check(Setting {
+        pre: false,
+        rms: false,
+        biased: true,
+        gated: false,
+        scaled: true,
+        causal: false,
+        rotary: false,
+        relative: false,
+        heads: 4,
+        kv_heads: 4,
+    });
+}
+
+#[test]
+fn t5_clip_and_nomic_layers_match_plain_loops() {
+    // T5: pre-norm RMSNorm, no biases, gated, unscaled, relative bias.
+    check(Setting {
+        pre: true,
+        rms: true,
+        biased: false,
+        gated: true,
+        scaled: false,
+        causal: false,
+        rotary: false,
+        relative: true,
+        heads: 4,
+        kv_heads: 4,
+    });
+    // CLIP: pre-norm LayerNorm, biases, causal.
+    check(Setting {
+        pre: true,
+        rms: false,
+        biased: true,
+        gated: false,
+        scaled: true,
+        causal: true,
+        rotary: false,
+        relative: false,
+        heads: 4,
+        kv_heads: 4,
+    });
+    // NomicBERT: post-norm, no linear biases, rotary, SwiGLU.
+    check(Setting {
+        pre: false,
+        rms: false,
+        biased: false,
+        gated: true,
+        scaled: true,
+        causal: false,
+        rotary: true,
+        relative: false,
+        heads: 4,
+        kv_heads: 4,
+    });
+}
+
+#[test]
+fn grouped_query_heads_match_plain_loops() {
+    check(Setting {
+        pre: true,
+        rms: true,
+        biased: false,
+        gated: true,
+        scaled: true,
+        causal: true,
+        rotary: true,
+        relative: false,
+        heads: 4,
+        kv_heads: 2,
+    });
+    check(Setting {
+        pre: false,
+        rms: false,
+        biased: true,
+        gated: false,
+        scaled: true,
+        causal: false,
+        rotary: false,
+        relative: true,
+        heads: 4,
+        kv_heads: 1,
+    });
+}
+
+#[test]
+fn sizes_that_do_not_fit_are_errors() {
+    let s = Setting {
+        pre: false,
+        rms: false,
+        biased: true,
+        gated: false,
+        scaled: true,
+        causal: false,
+        rotary: false,
+        relative: false,
+        heads: 4,
+        kv_heads: 4,
+    };
+    let raws = vec![raw(&s, 1)];
+    let st = stack(&s, &raws, false);
+    assert!(st.try_forward(&mut vec![0.0; 10], &[1]).is_err());
+    assert!(lengths_of(&[0, 3, 2], 2).is_err());
+    assert!(lengths_of(&[1, 3], 3).is_err());
+    assert_eq!(lengths_of(&[0, 3, 3, 5], 5).unwrap(), vec![3, 0, 2]);
+    let mut spec = StackSpec::post_norm(HIDDEN, 4, Activation::Gelu);
+    spec.kv_heads = 3;
+    assert!(Stack::new(Vec::new(), spec).is_err());
+}
