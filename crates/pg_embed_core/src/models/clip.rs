@@ -4,7 +4,7 @@
 //! pre-LayerNorm layers with QuickGELU and a final LayerNorm, on the layer library's stack
 //! over packed tokens.
 
-use candle_core::{IndexOp, Tensor};
+use candle_core::Tensor;
 use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
@@ -188,14 +188,6 @@ impl Model {
         Ok(x)
     }
 
-    /// ids, type_ids, mask: [batch, seq] (right-padded) -> [batch, seq, hidden], through
-    /// `forward_packed` (zeros at padding).
-    pub fn forward(&self, ids: &Tensor, type_ids: &Tensor, mask: &Tensor) -> candle_core::Result<Tensor> {
-        super::padded::forward(ids, type_ids, mask, self.token.width(), |ids, types, bounds| {
-            self.forward_packed(ids, types, bounds)
-        })
-    }
-
     /// Where a sequence is pooled: at its first `eos_token_id` (at the largest id when
     /// eos_token_id is 2, as configs from before transformers #24773 are read).
     fn eos_position(&self, row: &[u32]) -> usize {
@@ -246,19 +238,6 @@ impl Model {
         self.project(pooled, lengths.len(), &candle_core::Device::Cpu).map(Some)
     }
 
-    /// As `pooler_packed`, for `forward`'s padded hidden states [batch, seq, hidden] and
-    /// the padded ids.
-    pub fn pooler(&self, hidden: &Tensor, ids: &Tensor) -> candle_core::Result<Option<Tensor>> {
-        let rows = ids
-            .to_vec2::<u32>()?
-            .iter()
-            .enumerate()
-            .map(|(b, row)| hidden.i((b, self.eos_position(row))))
-            .collect::<candle_core::Result<Vec<_>>>()?;
-        let count = rows.len();
-        let pooled = Tensor::stack(&rows, 0)?.flatten_all()?.to_vec1::<f32>()?;
-        self.project(pooled, count, hidden.device()).map(Some)
-    }
 }
 
 impl super::Config for Config {
@@ -284,9 +263,8 @@ impl super::Config for Config {
 }
 
 impl super::Model for Model {
-    /// One sequence at a time through the padded forward pass.
     fn forward(&self, batch: &super::Batch) -> candle_core::Result<Vec<f32>> {
-        super::one_by_one(batch, |ids, types, mask| Model::forward(self, ids, types, mask))
+        self.forward_packed(batch.ids, batch.type_ids, batch.bounds)
     }
 
     fn pooler_size(&self) -> Option<usize> {
@@ -294,21 +272,6 @@ impl super::Model for Model {
     }
 
     fn pooler(&self, hidden: &[f32], batch: &super::Batch) -> candle_core::Result<Option<Tensor>> {
-        let width = hidden.len() / batch.tokens().max(1);
-        let device = candle_core::Device::Cpu;
-        let mut rows = Vec::with_capacity(batch.len());
-        for i in 0..batch.len() {
-            let range = batch.sequence(i);
-            let len = range.len();
-            let states = Tensor::from_slice(&hidden[range.start * width..range.end * width], (1, len, width), &device)?;
-            let ids = Tensor::from_slice(&batch.ids[range], (1, len), &device)?;
-            if let Some(row) = Model::pooler(self, &states, &ids)? {
-                rows.push(row);
-            }
-        }
-        if rows.is_empty() {
-            return Ok(None);
-        }
-        Tensor::cat(&rows, 0).map(Some)
+        self.pooler_packed(hidden, batch.ids, batch.bounds)
     }
 }

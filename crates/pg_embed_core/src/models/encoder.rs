@@ -345,13 +345,6 @@ fn load_layers(
     kernels::Stack::new(layers, kernels::StackSpec::post_norm(h, spec.num_attention_heads, activation))
 }
 
-/// [batch, seq] 1/0 -> [batch, 1, 1, seq] with 0 where attended and the float minimum where
-/// not, as transformers extends an attention mask.
-pub fn additive_mask(mask: &Tensor) -> candle_core::Result<Tensor> {
-    let m = mask.to_dtype(DType::F32)?.unsqueeze(1)?.unsqueeze(1)?;
-    (m.ones_like()? - m)? * f32::MIN as f64
-}
-
 pub use crate::layers::relative_position_bucket;
 
 /// [1, heads, seq, seq] bias of a relative-position table [buckets, heads] for key - query.

@@ -20,7 +20,6 @@ pub mod encoder;
 pub mod modernbert;
 pub mod mpnet;
 pub mod nomic_bert;
-mod padded;
 pub mod roberta;
 pub mod t5;
 

@@ -5,7 +5,6 @@
 //! `emb_ln`, config keys `n_embd`, `n_layer`, ...). Runs on the layer library's stack over
 //! packed tokens.
 
-use candle_core::Tensor;
 use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
@@ -272,13 +271,6 @@ impl Model {
         Ok(x)
     }
 
-    /// ids, type_ids, mask: [batch, seq] (right-padded) -> [batch, seq, hidden], through
-    /// `forward_packed` (zeros at padding).
-    pub fn forward(&self, ids: &Tensor, type_ids: &Tensor, mask: &Tensor) -> candle_core::Result<Tensor> {
-        super::padded::forward(ids, type_ids, mask, self.word.width(), |ids, types, bounds| {
-            self.forward_packed(ids, types, bounds)
-        })
-    }
 }
 
 impl super::Config for Config {
@@ -301,8 +293,7 @@ impl super::Config for Config {
 }
 
 impl super::Model for Model {
-    /// One sequence at a time through the padded forward pass.
     fn forward(&self, batch: &super::Batch) -> candle_core::Result<Vec<f32>> {
-        super::one_by_one(batch, |ids, types, mask| Model::forward(self, ids, types, mask))
+        self.forward_packed(batch.ids, batch.type_ids, batch.bounds)
     }
 }

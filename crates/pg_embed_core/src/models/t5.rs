@@ -3,7 +3,6 @@
 //! feed-forward, as transformers' `T5EncoderModel` computes it, on the layer library's
 //! stack over packed tokens.
 
-use candle_core::Tensor;
 use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
@@ -203,13 +202,6 @@ impl Model {
         Ok(x)
     }
 
-    /// ids, type_ids, mask: [batch, seq] (right-padded) -> [batch, seq, d_model], through
-    /// `forward_packed` (zeros at padding).
-    pub fn forward(&self, ids: &Tensor, type_ids: &Tensor, mask: &Tensor) -> candle_core::Result<Tensor> {
-        super::padded::forward(ids, type_ids, mask, self.embed.width(), |ids, types, bounds| {
-            self.forward_packed(ids, types, bounds)
-        })
-    }
 }
 
 impl super::Config for Config {
@@ -233,8 +225,7 @@ impl super::Config for Config {
 }
 
 impl super::Model for Model {
-    /// One sequence at a time through the padded forward pass.
     fn forward(&self, batch: &super::Batch) -> candle_core::Result<Vec<f32>> {
-        super::one_by_one(batch, |ids, types, mask| Model::forward(self, ids, types, mask))
+        self.forward_packed(batch.ids, batch.type_ids, batch.bounds)
     }
 }
