@@ -47,6 +47,7 @@ impl Activation {
     }
 
     /// The activation over every value of `x`, in place.
+    #[inline]
     pub fn apply(self, x: &mut [f32]) {
         match self {
             Activation::Identity => {}

@@ -142,11 +142,13 @@ pub(crate) struct Heads {
 
 impl Heads {
     /// Width of a token's Q, K and V side by side.
+    #[inline]
     pub fn qkv_width(&self) -> usize {
         (self.heads + 2 * self.kv_heads) * self.head_dim
     }
 
     /// Width of a token's attended values (all query heads).
+    #[inline]
     pub fn width(&self) -> usize {
         self.heads * self.head_dim
     }

@@ -103,10 +103,12 @@ impl Linear {
         Self::from_torch(weights.concat(), bias, outputs, inputs)
     }
 
+    #[inline]
     pub fn outputs(&self) -> usize {
         self.outputs
     }
 
+    #[inline]
     pub fn inputs(&self) -> usize {
         self.inputs
     }
@@ -191,6 +193,7 @@ impl Linear {
         });
     }
 
+    #[inline]
     pub(crate) fn is_packed(&self) -> bool {
         matches!(self.weight, Weight::Packed(_))
     }

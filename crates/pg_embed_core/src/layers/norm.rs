@@ -30,6 +30,7 @@ impl Norm {
     }
 
     /// Every row of `x` normalised in place.
+    #[inline]
     pub fn forward(&self, x: &mut [f32]) {
         match self {
             Norm::Layer { weight, bias: Some(bias), eps } => layer_norm(x, weight, bias, *eps),

@@ -35,6 +35,7 @@ pub enum Mlp {
 
 impl Mlp {
     /// Width of the first product's output.
+    #[inline]
     fn inner(&self) -> usize {
         match self {
             Mlp::Plain { up, .. } => up.outputs(),
@@ -43,6 +44,7 @@ impl Mlp {
     }
 
     /// Width of the gated values (0 for a plain MLP).
+    #[inline]
     fn gated(&self) -> usize {
         match self {
             Mlp::Plain { .. } => 0,
@@ -443,6 +445,7 @@ unsafe impl Send for Buf {}
 unsafe impl Sync for Buf {}
 
 impl Buf {
+    #[inline]
     pub fn of(v: &mut [f32]) -> Self {
         Buf { ptr: v.as_mut_ptr(), len: v.len() }
     }
@@ -452,12 +455,14 @@ impl Buf {
     ///
     /// # Safety
     /// `i` is within the buffer.
+    #[inline]
     pub unsafe fn at(self, i: usize) -> *mut f32 {
         unsafe { self.ptr.add(i) }
     }
 
     /// # Safety
     /// No thread writes the buffer while the slice lives.
+    #[inline]
     pub unsafe fn get<'a>(self) -> &'a [f32] {
         unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
     }
@@ -475,6 +480,7 @@ pub(crate) struct Share<'a> {
 impl Share<'_> {
     /// `f` over ranges that together cover 0..n: all of it when alone; in a team, one
     /// team step whose chunks are the ranges.
+    #[inline]
     pub fn split(&self, n: usize, f: impl Fn(std::ops::Range<usize>)) {
         match self.member {
             None => f(0..n),
@@ -520,6 +526,7 @@ unsafe fn normed_rows(from: Buf, to: Buf, width: usize, share: Share, norm: &Nor
 
 /// `f(first row, rows)` over whole rows of `x`, split across `threads` when there are
 /// several.
+#[inline]
 pub(crate) fn for_rows(x: &mut [f32], width: usize, threads: usize, f: &(dyn Fn(usize, &mut [f32]) + Sync)) {
     let rows = x.len() / width.max(1);
     if threads > 1 && rows >= 2 * threads {
