@@ -4,12 +4,11 @@
 
 use std::collections::BTreeMap;
 
-use candle_core::{Module, Tensor};
-use candle_nn::{LayerNorm, Linear, VarBuilder};
+use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::heads::Activation;
+use crate::layers::{Activation, Linear, Norm};
 use crate::pooling::PoolingMode;
 
 /// The classification fields of config.json (`transformers.PretrainedConfig`).
@@ -161,7 +160,7 @@ enum Pool {
 /// then the output projection. Each architecture is one row of names in `Classifier::load`.
 struct Head {
     pool: Pool,
-    dense: Option<(Linear, Activation, Option<LayerNorm>)>,
+    dense: Option<(Linear, Activation, Option<Norm>)>,
     out: Linear,
 }
 
@@ -175,24 +174,13 @@ pub struct Classifier {
     pub rerank_sigmoid: bool,
 }
 
-/// An activation named as transformers' ACT2FN names it in config.json.
+/// An activation named as transformers' ACT2FN names it in config.json (`what`).
 fn act(what: &'static str, name: &str) -> Result<Activation> {
-    Ok(match name {
-        "gelu" => Activation::Gelu,
-        "gelu_new" | "gelu_pytorch_tanh" => Activation::GeluTanh,
-        "relu" => Activation::Relu,
-        "tanh" => Activation::Tanh,
-        "silu" | "swish" => Activation::Silu,
-        "sigmoid" => Activation::Sigmoid,
-        "linear" => Activation::Identity,
-        other => {
-            return Err(Error::Unsupported {
-                what,
-                value: other.into(),
-                path: "config.json".into(),
-                supported: "gelu, gelu_new, gelu_pytorch_tanh, relu, tanh, silu, swish, sigmoid, linear",
-            })
-        }
+    Activation::from_hidden_act(name).ok_or_else(|| Error::Unsupported {
+        what,
+        value: name.into(),
+        path: "config.json".into(),
+        supported: Activation::HIDDEN_ACT_NAMES,
     })
 }
 
@@ -208,7 +196,7 @@ fn linear(vb: &VarBuilder, name: &str, in_features: usize) -> candle_core::Resul
         .contains_tensor(&format!("{name}.bias"))
         .then(|| vb.get(out_features, &format!("{name}.bias")))
         .transpose()?;
-    Ok(Linear::new(weight, bias))
+    crate::weights::linear_of(&weight, bias.as_ref())
 }
 
 impl Classifier {
@@ -240,27 +228,19 @@ impl Classifier {
         let dense = dense
             .map(|(name, activation)| -> candle_core::Result<_> {
                 let layer = linear(vb, name, hidden)?;
-                let width = layer.weight().dim(0)?;
-                let norm = norm
-                    .map(|(name, eps, bias)| {
-                        let nb = vb.pp(name);
-                        if bias {
-                            candle_nn::layer_norm(width, eps, nb)
-                        } else {
-                            candle_nn::layer_norm_no_bias(width, eps, nb)
-                        }
-                    })
-                    .transpose()?;
+                let width = layer.outputs();
+                let norm =
+                    norm.map(|(name, eps, bias)| crate::weights::layer_norm(&vb.pp(name), width, eps, bias)).transpose()?;
                 Ok((layer, activation, norm))
             })
             .transpose()
             .map_err(bad)?;
         let out_in = match &dense {
-            Some((layer, _, _)) => layer.weight().dim(0).map_err(bad)?,
+            Some((layer, _, _)) => layer.outputs(),
             None => hidden,
         };
         let out = linear(vb, out, out_in).map_err(bad)?;
-        let num_labels = out.weight().dim(0).map_err(bad)?;
+        let num_labels = out.outputs();
         let head = Head { pool, dense, out };
         let labels = labels(cfg, num_labels)?;
         let problem = match (cfg.problem_type.as_deref(), num_labels) {
@@ -307,18 +287,25 @@ impl Classifier {
         }
     }
 
-    /// Logits [batch, num_labels] from what the head reads ([batch, hidden], pooled as
-    /// [`Classifier::pooling`] says).
-    pub fn forward(&self, pooled: Tensor) -> candle_core::Result<Tensor> {
+    /// Logits [rows, num_labels] from what the head reads ([rows, hidden], pooled as
+    /// [`Classifier::pooling`] says), row-major.
+    pub fn forward(&self, pooled: &[f32]) -> Vec<f32> {
         let head = &self.head;
-        let mut x = pooled;
-        if let Some((dense, activation, norm)) = &head.dense {
-            x = activation.apply(&dense.forward(&x)?)?;
-            if let Some(norm) = norm {
-                x = norm.forward(&x)?;
+        match &head.dense {
+            Some((dense, activation, norm)) => {
+                let mut x = dense.apply(pooled);
+                activation.apply(&mut x);
+                if let Some(norm) = norm {
+                    norm.forward(&mut x);
+                }
+                head.out.apply(&x)
             }
+            None => head.out.apply(pooled),
         }
-        head.out.forward(&x)
+    }
+
+    pub fn num_labels(&self) -> usize {
+        self.head.out.outputs()
     }
 
     /// Whether the head reads the backbone's pooler output.

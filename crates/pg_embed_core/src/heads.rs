@@ -1,5 +1,5 @@
 //! Heads after pooling: sentence-transformers Dense modules (a Linear layer and its
-//! activation), in any number. Plain Rust.
+//! activation), in any number, on the layer library. Plain Rust.
 
 use std::path::Path;
 
@@ -7,70 +7,12 @@ use candle_core::Tensor;
 use serde::Deserialize;
 
 use crate::error::{Error, Result};
+use crate::layers::{Activation, Linear};
 use crate::options::HeadSpec;
 
-/// Activation functions of a head. Dense config.json files store them as torch class
-/// paths; `options.heads` may also use the short names. Parameters are torch's defaults
-/// (sentence-transformers does not save them).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Activation {
-    Identity,
-    Tanh,
-    Relu,
-    Gelu,
-    GeluTanh,
-    Sigmoid,
-    LeakyRelu,
-    Silu,
-    Softplus,
-}
-
-/// (short name, torch class path, activation). `gelu_tanh` is torch's
-/// GELU(approximate="tanh"), which sentence-transformers cannot store as a class path.
-const ACTIVATIONS: &[(&str, Option<&str>, Activation)] = &[
-    ("identity", Some("torch.nn.modules.linear.Identity"), Activation::Identity),
-    ("tanh", Some("torch.nn.modules.activation.Tanh"), Activation::Tanh),
-    ("relu", Some("torch.nn.modules.activation.ReLU"), Activation::Relu),
-    ("gelu", Some("torch.nn.modules.activation.GELU"), Activation::Gelu),
-    ("gelu_tanh", None, Activation::GeluTanh),
-    ("sigmoid", Some("torch.nn.modules.activation.Sigmoid"), Activation::Sigmoid),
-    ("leaky_relu", Some("torch.nn.modules.activation.LeakyReLU"), Activation::LeakyRelu),
-    ("silu", Some("torch.nn.modules.activation.SiLU"), Activation::Silu),
-    ("softplus", Some("torch.nn.modules.activation.Softplus"), Activation::Softplus),
-];
 const SUPPORTED_ACTIVATIONS: &str = "torch.nn.modules.linear.Identity, torch.nn.modules.activation.{Tanh, ReLU, GELU, Sigmoid, LeakyReLU, SiLU, Softplus}";
 const ACTIVATION_NAMES: &str =
-    "identity, tanh, relu, gelu, gelu_tanh, sigmoid, leaky_relu, silu, softplus (or a torch class path)";
-
-impl Activation {
-    pub fn from_torch(path: &str) -> Option<Self> {
-        ACTIVATIONS.iter().find(|(_, p, _)| *p == Some(path)).map(|(_, _, a)| *a)
-    }
-
-    /// A short name or a torch class path.
-    pub fn from_name(name: &str) -> Option<Self> {
-        ACTIVATIONS.iter().find(|(n, _, _)| *n == name).map(|(_, _, a)| *a).or_else(|| Self::from_torch(name))
-    }
-
-    pub fn name(self) -> &'static str {
-        ACTIVATIONS.iter().find(|(_, _, a)| *a == self).map(|(n, _, _)| *n).unwrap_or("?")
-    }
-
-    pub fn apply(self, x: &Tensor) -> candle_core::Result<Tensor> {
-        match self {
-            Activation::Identity => Ok(x.clone()),
-            Activation::Tanh => x.tanh(),
-            Activation::Relu => x.relu(),
-            Activation::Gelu => x.gelu_erf(),
-            Activation::GeluTanh => x.gelu(),
-            Activation::Sigmoid => candle_nn::ops::sigmoid(x),
-            Activation::LeakyRelu => candle_nn::ops::leaky_relu(x, 0.01),
-            Activation::Silu => x.silu(),
-            // torch.nn.Softplus(beta=1, threshold=20): linear above the threshold.
-            Activation::Softplus => x.gt(20f32)?.where_cond(x, &(x.exp()? + 1.0)?.log()?),
-        }
-    }
-}
+    "identity, tanh, relu, gelu, gelu_tanh, sigmoid, leaky_relu, silu, softplus (or a transformers hidden_act name, or a torch class path)";
 
 /// `sentence_transformers.models.Dense` config.json (6.x adds the input/output names and
 /// `use_residual`). Unknown keys are refused: a new option could change the numbers.
@@ -98,14 +40,14 @@ fn yes() -> bool {
 enum Residual {
     None,
     Identity,
-    Projection(Tensor),
+    Projection(Linear),
 }
 
 pub struct Dense {
-    weight: Tensor,
-    bias: Option<Tensor>,
+    linear: Linear,
     activation: Activation,
     residual: Residual,
+    has_bias: bool,
     pub in_features: usize,
     pub out_features: usize,
     /// Where it came from, for model_info: a module folder or a head file and tensor.
@@ -119,7 +61,7 @@ impl Dense {
         let config_path = folder.join("config.json");
         let cfg: DenseConfig = crate::st::read_json(&config_path)?;
         let activation =
-            Activation::from_torch(&cfg.activation_function).ok_or_else(|| Error::Unsupported {
+            Activation::from_torch_class(&cfg.activation_function).ok_or_else(|| Error::Unsupported {
                 what: "activation_function",
                 value: cfg.activation_function.clone(),
                 path: config_path.clone(),
@@ -151,18 +93,20 @@ impl Dense {
         };
         let weight = take("linear.weight", &[cfg.out_features, cfg.in_features])?;
         let bias = if cfg.bias { Some(take("linear.bias", &[cfg.out_features])?) } else { None };
+        let layer = linear(&weight, bias.as_ref(), &weights_path)?;
         let residual = match (cfg.use_residual, cfg.in_features == cfg.out_features) {
             (false, _) => Residual::None,
             (true, true) => Residual::Identity,
             (true, false) => {
-                Residual::Projection(take("residual.weight", &[cfg.out_features, cfg.in_features])?)
+                let w = take("residual.weight", &[cfg.out_features, cfg.in_features])?;
+                Residual::Projection(linear(&w, None, &weights_path)?)
             }
         };
         Ok(Dense {
-            weight,
-            bias,
+            linear: layer,
             activation,
             residual,
+            has_bias: cfg.bias,
             in_features: cfg.in_features,
             out_features: cfg.out_features,
             from: folder.display().to_string(),
@@ -173,7 +117,7 @@ impl Dense {
     /// `in_features` is the previous stage's output dimension.
     pub fn from_spec(spec: &HeadSpec, file: &Path, index: usize, in_features: usize) -> Result<Self> {
         let bad = |msg: String| Error::InvalidOptions(format!("heads[{index}] (\"{}\"): {msg}", spec.path));
-        let activation = Activation::from_name(&spec.activation).ok_or_else(|| {
+        let activation = Activation::parse(&spec.activation).ok_or_else(|| {
             bad(format!("unknown activation \"{}\"; expected one of {ACTIVATION_NAMES}", spec.activation))
         })?;
         let mut tensors = crate::weights::read_safetensors(file)?;
@@ -223,36 +167,36 @@ impl Dense {
             }
         };
         Ok(Dense {
-            weight,
-            bias,
+            linear: linear(&weight, bias.as_ref(), file)?,
             activation,
             residual: Residual::None,
+            has_bias: bias.is_some(),
             in_features,
             out_features,
             from: format!("{}:{}", file.display(), spec.weight),
         })
     }
 
-    /// x [batch, in] -> activation(x W^T + b) [batch, out], plus the residual if any.
-    pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        let mut y = x.matmul(&self.weight.t()?)?;
-        if let Some(b) = &self.bias {
-            y = y.broadcast_add(b)?;
-        }
-        let y = self.activation.apply(&y)?;
-        match &self.residual {
-            Residual::None => Ok(y),
-            Residual::Identity => y + x,
-            Residual::Projection(w) => y + x.matmul(&w.t()?)?,
-        }
+    /// x [rows, in] -> activation(x W^T + b) [rows, out], plus the residual if any.
+    pub fn forward(&self, x: &[f32]) -> Vec<f32> {
+        let mut y = self.linear.apply(x);
+        self.activation.apply(&mut y);
+        let residual = match &self.residual {
+            Residual::None => return y,
+            Residual::Identity => x.to_vec(),
+            Residual::Projection(w) => w.apply(x),
+        };
+        y.iter_mut().zip(residual).for_each(|(v, r)| *v += r);
+        y
     }
 
     pub fn parameters(&self) -> usize {
         let residual = match &self.residual {
-            Residual::Projection(w) => w.elem_count(),
+            Residual::Projection(w) => w.outputs() * w.inputs(),
             _ => 0,
         };
-        self.weight.elem_count() + self.bias.as_ref().map_or(0, Tensor::elem_count) + residual
+        let bias = if self.has_bias { self.out_features } else { 0 };
+        self.in_features * self.out_features + bias + residual
     }
 
     pub fn describe(&self) -> serde_json::Value {
@@ -260,7 +204,7 @@ impl Dense {
             "type": "linear",
             "in_features": self.in_features,
             "out_features": self.out_features,
-            "bias": self.bias.is_some(),
+            "bias": self.has_bias,
             "activation": self.activation.name(),
             "residual": match self.residual {
                 Residual::None => "none",
@@ -270,4 +214,9 @@ impl Dense {
             "from": self.from,
         })
     }
+}
+
+/// A torch Linear's `weight` [out, in] and `bias` tensors of `file` as a layer of the library.
+fn linear(weight: &Tensor, bias: Option<&Tensor>, file: &Path) -> Result<Linear> {
+    crate::weights::linear_of(weight, bias).map_err(|e| Error::invalid_file(file, e))
 }

@@ -8,6 +8,7 @@ use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 
 use crate::error::{Error, Result};
+use crate::layers::{Linear, Norm};
 
 /// Bytes the weights of the model directory `dir` take once loaded (every tensor of its
 /// safetensors files, sub-folders included, as f32), read from the files' headers only:
@@ -76,6 +77,39 @@ pub fn load_weights(dir: &Path, device: &Device) -> Result<(VarBuilder<'static>,
     let tensors = read_safetensors(&dir.join("model.safetensors"))?;
     let parameters = tensors.values().map(Tensor::elem_count).sum();
     Ok((VarBuilder::from_tensors(tensors, DType::F32, device), parameters))
+}
+
+/// A torch `Linear` under `vb`: `weight` [outputs, inputs] row-major and, when `bias`,
+/// `bias` [outputs].
+pub fn torch_parts(
+    vb: &VarBuilder,
+    outputs: usize,
+    inputs: usize,
+    bias: bool,
+) -> candle_core::Result<(Vec<f32>, Option<Vec<f32>>)> {
+    let weight = vb.get((outputs, inputs), "weight")?.flatten_all()?.to_vec1::<f32>()?;
+    let bias = bias.then(|| vb.get(outputs, "bias")?.to_vec1::<f32>()).transpose()?;
+    Ok((weight, bias))
+}
+
+/// A torch `Linear` under `vb` as a layer of the library (see [`torch_parts`]).
+pub fn torch_linear(vb: &VarBuilder, outputs: usize, inputs: usize, bias: bool) -> candle_core::Result<Linear> {
+    let (weight, bias) = torch_parts(vb, outputs, inputs, bias)?;
+    Linear::from_torch(weight, bias, outputs, inputs)
+}
+
+/// A torch `Linear` from its tensors: `weight` [outputs, inputs] and `bias` [outputs].
+pub fn linear_of(weight: &Tensor, bias: Option<&Tensor>) -> candle_core::Result<Linear> {
+    let (outputs, inputs) = weight.dims2()?;
+    let bias = bias.map(|b| b.to_vec1::<f32>()).transpose()?;
+    Linear::from_torch(weight.flatten_all()?.to_vec1::<f32>()?, bias, outputs, inputs)
+}
+
+/// A torch `LayerNorm` of `width` under `vb`: `weight` and, when `bias`, `bias`.
+pub fn layer_norm(vb: &VarBuilder, width: usize, eps: f64, bias: bool) -> candle_core::Result<Norm> {
+    let weight = vb.get(width, "weight")?.to_vec1::<f32>()?;
+    let bias = bias.then(|| vb.get(width, "bias")?.to_vec1::<f32>()).transpose()?;
+    Norm::layer(weight, bias, eps)
 }
 
 #[cfg(test)]

@@ -25,6 +25,18 @@ pub enum Activation {
     Softplus,
 }
 
+/// torch's activation modules by class path.
+const TORCH_CLASSES: &[(&str, Activation)] = &[
+    ("torch.nn.modules.linear.Identity", Activation::Identity),
+    ("torch.nn.modules.activation.Tanh", Activation::Tanh),
+    ("torch.nn.modules.activation.ReLU", Activation::Relu),
+    ("torch.nn.modules.activation.GELU", Activation::Gelu),
+    ("torch.nn.modules.activation.Sigmoid", Activation::Sigmoid),
+    ("torch.nn.modules.activation.LeakyReLU", Activation::LeakyRelu),
+    ("torch.nn.modules.activation.SiLU", Activation::Silu),
+    ("torch.nn.modules.activation.Softplus", Activation::Softplus),
+];
+
 impl Activation {
     /// The activation of a transformers `hidden_act` (or `hidden_activation`,
     /// `activation_function`) name, as transformers' ACT2FN maps it; None for a name it
@@ -44,6 +56,40 @@ impl Activation {
             "linear" | "identity" => Activation::Identity,
             _ => return None,
         })
+    }
+
+    /// The transformers names [`Activation::from_hidden_act`] knows, for messages.
+    pub const HIDDEN_ACT_NAMES: &'static str =
+        "gelu, gelu_new, gelu_pytorch_tanh, gelu_fast, relu, silu, swish, quick_gelu, tanh, sigmoid, leaky_relu, softplus, linear, identity";
+
+    /// The activation of a torch module's class path, as sentence-transformers' Dense
+    /// config.json stores it (with torch's default parameters, which it does not save).
+    pub fn from_torch_class(path: &str) -> Option<Self> {
+        TORCH_CLASSES.iter().find(|(p, _)| *p == path).map(|(_, a)| *a)
+    }
+
+    /// Any name of an activation: a transformers `hidden_act` name, a torch class path,
+    /// or `gelu_tanh` (torch's GELU(approximate="tanh"), which has no class path of its own).
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::from_hidden_act(name)
+            .or_else(|| Self::from_torch_class(name))
+            .or_else(|| (name == "gelu_tanh").then_some(Activation::GeluTanh))
+    }
+
+    /// The short name `embed.model_info` shows.
+    pub fn name(self) -> &'static str {
+        match self {
+            Activation::Identity => "identity",
+            Activation::Gelu => "gelu",
+            Activation::GeluTanh => "gelu_tanh",
+            Activation::Relu => "relu",
+            Activation::Silu => "silu",
+            Activation::QuickGelu => "quick_gelu",
+            Activation::Tanh => "tanh",
+            Activation::Sigmoid => "sigmoid",
+            Activation::LeakyRelu => "leaky_relu",
+            Activation::Softplus => "softplus",
+        }
     }
 
     /// The activation over every value of `x`, in place.

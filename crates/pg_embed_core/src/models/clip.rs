@@ -9,6 +9,7 @@ use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
 use super::encoder::{bad_weights, check_heads, unsupported};
+use crate::weights;
 use crate::error::Result;
 use crate::layers;
 
@@ -104,22 +105,9 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
             |vb: VarBuilder, rows: usize| layers::Embedding::from_tensor(&vb.get((rows, h), "weight")?);
         let token = table(e.pp("token_embedding"), cfg.vocab_size)?;
         let position = table(e.pp("position_embedding"), cfg.max_position_embeddings)?;
-        let torch =
-            |vb: VarBuilder, o: usize, i: usize| -> candle_core::Result<(Vec<f32>, Option<Vec<f32>>)> {
-                let w = vb.get((o, i), "weight")?.flatten_all()?.to_vec1::<f32>()?;
-                Ok((w, Some(vb.get(o, "bias")?.to_vec1::<f32>()?)))
-            };
-        let lin = |vb: VarBuilder, o: usize, i: usize| -> candle_core::Result<layers::Linear> {
-            let (w, b) = torch(vb, o, i)?;
-            layers::Linear::from_torch(w, b, o, i)
-        };
-        let norm = |vb: VarBuilder| -> candle_core::Result<layers::Norm> {
-            layers::Norm::layer(
-                vb.get(h, "weight")?.to_vec1::<f32>()?,
-                Some(vb.get(h, "bias")?.to_vec1::<f32>()?),
-                EPS,
-            )
-        };
+        let torch = |vb: VarBuilder, o: usize, i: usize| weights::torch_parts(&vb, o, i, true);
+        let lin = |vb: VarBuilder, o: usize, i: usize| weights::torch_linear(&vb, o, i, true);
+        let norm = |vb: VarBuilder| weights::layer_norm(&vb, h, EPS, true);
         let stack = (0..cfg.num_hidden_layers)
             .map(|i| {
                 let l = t.pp(format!("encoder.layers.{i}"));
@@ -151,10 +139,7 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
     let (token, position, stack) = load().map_err(bad_weights)?;
     let projection = vb
         .contains_tensor("text_projection.weight")
-        .then(|| -> candle_core::Result<layers::Linear> {
-            let w = vb.pp("text_projection").get((cfg.projection_dim, h), "weight")?;
-            layers::Linear::from_torch(w.flatten_all()?.to_vec1::<f32>()?, None, cfg.projection_dim, h)
-        })
+        .then(|| weights::torch_linear(&vb.pp("text_projection"), cfg.projection_dim, h, false))
         .transpose()
         .map_err(bad_weights)?;
     let pooled_size = if projection.is_some() { cfg.projection_dim } else { cfg.hidden_size };

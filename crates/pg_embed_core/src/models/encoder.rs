@@ -13,6 +13,7 @@ use candle_nn::{Embedding, VarBuilder};
 
 use crate::error::{Error, Result};
 use crate::kernels;
+use crate::weights::{layer_norm, torch_linear, torch_parts};
 
 use super::Batch;
 
@@ -291,17 +292,8 @@ impl Encoder {
     }
 }
 
-/// A torch `Linear` (`weight` [outputs, inputs], `bias`) under `vb`, for the kernels.
 fn linear(vb: VarBuilder, outputs: usize, inputs: usize) -> candle_core::Result<kernels::Linear> {
-    let (w, b) = torch_linear(vb, outputs, inputs)?;
-    kernels::Linear::from_torch(w, Some(b), outputs, inputs)
-}
-
-/// A torch `Linear`'s `weight` [outputs, inputs] row-major and `bias` under `vb`.
-fn torch_linear(vb: VarBuilder, outputs: usize, inputs: usize) -> candle_core::Result<(Vec<f32>, Vec<f32>)> {
-    let w = vb.get((outputs, inputs), "weight")?.flatten_all()?.to_vec1::<f32>()?;
-    let b = vb.get(outputs, "bias")?.to_vec1::<f32>()?;
-    Ok((w, b))
+    torch_linear(&vb, outputs, inputs, true)
 }
 
 /// The BERT layer stack under `vb` (`{i}.attention.self.query`, ...), for the kernels:
@@ -312,17 +304,8 @@ fn load_layers(
     activation: kernels::Activation,
 ) -> candle_core::Result<kernels::Stack> {
     let h = spec.hidden_size;
-    let norm = |vb: VarBuilder| -> candle_core::Result<kernels::Norm> {
-        kernels::Norm::layer(
-            vb.get(h, "weight")?.to_vec1::<f32>()?,
-            Some(vb.get(h, "bias")?.to_vec1::<f32>()?),
-            spec.layer_norm_eps,
-        )
-    };
-    let part = |vb: VarBuilder| -> candle_core::Result<(Vec<f32>, Option<Vec<f32>>)> {
-        let (w, b) = torch_linear(vb, h, h)?;
-        Ok((w, Some(b)))
-    };
+    let norm = |vb: VarBuilder| layer_norm(&vb, h, spec.layer_norm_eps, true);
+    let part = |vb: VarBuilder| torch_parts(&vb, h, h, true);
     let layers = (0..spec.num_hidden_layers)
         .map(|i| {
             let l = vb.pp(i.to_string());

@@ -9,6 +9,7 @@ use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
 use super::encoder::{bad_weights, check_eps, check_heads, check_rope_theta, unsupported};
+use crate::weights;
 use crate::error::Result;
 use crate::layers::{self, Activation};
 
@@ -173,18 +174,9 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
     // nomic-ai's checkpoints fuse q, k and v into `attn.Wqkv` and name layers differently.
     let hub = vb.contains_tensor("encoder.layers.0.attn.Wqkv.weight");
     let load = || -> candle_core::Result<Model> {
-        let weight = |vb: VarBuilder, o: usize, i: usize| -> candle_core::Result<Vec<f32>> {
-            vb.get((o, i), "weight")?.flatten_all()?.to_vec1::<f32>()
-        };
-        let no_bias =
-            |vb: VarBuilder, i: usize, o: usize| layers::Linear::from_torch(weight(vb, o, i)?, None, o, i);
-        let norm = |vb: VarBuilder| -> candle_core::Result<layers::Norm> {
-            layers::Norm::layer(
-                vb.get(h, "weight")?.to_vec1::<f32>()?,
-                Some(vb.get(h, "bias")?.to_vec1::<f32>()?),
-                eps,
-            )
-        };
+        let weight = |vb: VarBuilder, o: usize, i: usize| weights::torch_parts(&vb, o, i, false).map(|(w, _)| w);
+        let no_bias = |vb: VarBuilder, i: usize, o: usize| weights::torch_linear(&vb, o, i, false);
+        let norm = |vb: VarBuilder| weights::layer_norm(&vb, h, eps, true);
         // SwiGLU: act(gate x) * (up x), gate and up side by side in one product.
         let gated =
             |gate: Vec<f32>, up: Vec<f32>| layers::Linear::side_by_side(vec![(gate, None), (up, None)], h);

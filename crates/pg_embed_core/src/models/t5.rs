@@ -7,6 +7,7 @@ use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
 use super::encoder::{bad_weights, check_buckets, check_eps, unsupported};
+use crate::weights;
 use crate::error::{Error, Result};
 use crate::layers::{self, Activation};
 
@@ -117,11 +118,8 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
         // T5EncoderModel stores the embedding as `shared` (tied to encoder.embed_tokens).
         let embed_name = if vb.contains_tensor("shared.weight") { "shared" } else { "encoder.embed_tokens" };
         let e = vb.pp("encoder");
-        let weight = |vb: VarBuilder, o: usize, i: usize| -> candle_core::Result<Vec<f32>> {
-            vb.get((o, i), "weight")?.flatten_all()?.to_vec1::<f32>()
-        };
-        let lin =
-            |vb: VarBuilder, i: usize, o: usize| layers::Linear::from_torch(weight(vb, o, i)?, None, o, i);
+        let weight = |vb: VarBuilder, o: usize, i: usize| weights::torch_parts(&vb, o, i, false).map(|(w, _)| w);
+        let lin = |vb: VarBuilder, i: usize, o: usize| weights::torch_linear(&vb, o, i, false);
         let norm = |vb: &VarBuilder, name: &str| -> candle_core::Result<layers::Norm> {
             Ok(layers::Norm::rms(vb.get(d, name)?.to_vec1::<f32>()?, cfg.layer_norm_epsilon))
         };

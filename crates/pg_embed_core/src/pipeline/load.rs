@@ -263,7 +263,6 @@ impl Pipeline {
             prompts,
             default_prompt,
             include_prompt,
-            device,
             info,
         })
     }

@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use candle_core::{Device, Tensor};
 use serde::Serialize;
 use tokenizers::{PostProcessor, Tokenizer};
 
@@ -113,7 +112,6 @@ pub struct Pipeline {
     prompts: BTreeMap<String, Prompt>,
     default_prompt: Option<String>,
     include_prompt: bool,
-    device: Device,
     info: PipelineInfo,
 }
 
@@ -336,18 +334,12 @@ impl Pipeline {
 
     /// The projection heads, in order, over pooled rows.
     fn apply_heads(&self, rows: Vec<Vec<f32>>) -> Result<Vec<Vec<f32>>> {
-        if self.heads.is_empty() {
-            return Ok(rows);
+        let Some(last) = self.heads.last() else { return Ok(rows) };
+        let mut x = rows.concat();
+        for head in &self.heads {
+            x = head.forward(&x);
         }
-        let run = || -> candle_core::Result<Vec<Vec<f32>>> {
-            let width = rows.first().map_or(0, Vec::len);
-            let mut x = Tensor::from_vec(rows.concat(), (rows.len(), width), &self.device)?;
-            for head in &self.heads {
-                x = head.forward(&x)?;
-            }
-            x.to_vec2()
-        };
-        run().map_err(Error::inference)
+        Ok(x.chunks(last.out_features.max(1)).map(<[f32]>::to_vec).collect())
     }
 
     /// The backbone's last hidden states of each input (tokenized as `embed` tokenizes it,
@@ -449,12 +441,8 @@ impl Pipeline {
         let sequences = pooling::Sequences { bounds: &packed.bounds, skips: &packed.skips };
         let pooled =
             pooling::pool(&hidden, self.hidden_size, sequences, &[mode], pooler.as_deref()).map_err(Error::Inference)?;
-        let run = || {
-            let width = pooled.first().map_or(0, Vec::len);
-            let x = Tensor::from_vec(pooled.concat(), (pooled.len(), width), &self.device)?;
-            classifier.forward(x)?.to_vec2()
-        };
-        run().map_err(Error::inference)
+        let logits = classifier.forward(&pooled.concat());
+        Ok(logits.chunks(classifier.num_labels().max(1)).map(<[f32]>::to_vec).collect())
     }
 }
 
