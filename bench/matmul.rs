@@ -38,7 +38,7 @@ fn main() {
             } else {
                 f64::NAN
             };
-            let g = run(&mut || pg_embed_core::kernels::torch_product(&x, &w, &mut out, n, k, par));
+            let g = run(&mut || pg_embed_core::layers::torch_product(&x, &w, &mut out, n, k, par));
             println!("{rows:>5} {n:>5} {k:>5} {par:>8} {p:>12.1} {g:>12.1}");
         }
     }

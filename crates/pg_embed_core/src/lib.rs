@@ -1,5 +1,5 @@
 //! pg_embed's inference core, with no pgrx: model sources and the hub cache, weight I/O,
-//! the kernels, the architectures, pooling, heads and the pipeline that joins them. The
+//! the layer library, the architectures, pooling, heads and the pipeline that joins them. The
 //! extension crate at the repository root is the SQL edge over this crate; everything here
 //! is tested with plain `cargo test -p pg_embed_core`.
 
@@ -8,7 +8,6 @@ pub mod classifier;
 pub mod error;
 pub mod heads;
 pub mod hub;
-pub mod kernels;
 pub mod layers;
 pub mod matmul;
 pub mod models;

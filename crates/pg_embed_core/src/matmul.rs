@@ -5,7 +5,7 @@
 //! sentence: tens of rows) run as fast per row as large ones. Every output is one sequential
 //! chain of fused multiply-adds over the inner index.
 //!
-//! On CPUs without AVX-512F, `kernels::Linear` keeps torch's layout and uses the `gemm` crate.
+//! On CPUs without AVX-512F, `layers::Linear` keeps torch's layout and uses the `gemm` crate.
 
 /// Output columns per panel: two 512-bit lines.
 const NR: usize = 32;

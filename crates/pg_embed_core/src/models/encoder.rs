@@ -3,7 +3,7 @@
 //! ELECTRA, DistilBERT and MPNet differ only in how they number positions, whether they
 //! have token types, an embedding projection, an attention bias, and the names their
 //! checkpoints give the same weights. The embeddings are looked up with candle; the
-//! projection and the layers run on `crate::kernels` over packed tokens (no padding
+//! projection and the layers run on `crate::layers` over packed tokens (no padding
 //! computed), so a sequence's result does not depend on the batch it runs in.
 
 use std::collections::HashMap;
@@ -12,7 +12,7 @@ use candle_core::{DType, Module, Tensor};
 use candle_nn::{Embedding, VarBuilder};
 
 use crate::error::{Error, Result};
-use crate::kernels;
+use crate::layers;
 use crate::weights::{layer_norm, torch_linear, torch_parts};
 
 use super::Batch;
@@ -48,13 +48,13 @@ pub struct Encoder {
     word: Table,
     position: Table,
     token_type: Option<Table>,
-    /// candle's LayerNorm, not the kernels': on the tiny ELECTRA fixture (16-wide
-    /// embeddings) the kernels' rounding order lands 1.4e-4 from transformers, candle's
+    /// candle's LayerNorm, not the layer library's: on the tiny ELECTRA fixture (16-wide
+    /// embeddings) the layer library's rounding order lands 1.4e-4 from transformers, candle's
     /// within the 1e-4 tolerance.
     norm: candle_nn::LayerNorm,
-    project: Option<kernels::Linear>,
+    project: Option<layers::Linear>,
     positions: Positions,
-    layers: kernels::Stack,
+    layers: layers::Stack,
 }
 
 /// An embedding table [rows, width], row-major, looked up on the host.
@@ -92,9 +92,9 @@ pub fn bad_weights(e: candle_core::Error) -> Error {
 
 /// The activation of a transformers `hidden_act` string, among those the BERT family's
 /// fixtures check.
-pub fn hidden_act(name: &str) -> Result<kernels::Activation> {
+pub fn hidden_act(name: &str) -> Result<layers::Activation> {
     const BERT_FAMILY: &str = "gelu, gelu_new, gelu_pytorch_tanh, relu";
-    match kernels::Activation::from_hidden_act(name) {
+    match layers::Activation::from_hidden_act(name) {
         Some(act) if BERT_FAMILY.split(", ").any(|n| n == name) => Ok(act),
         _ => Err(unsupported("hidden_act", name, BERT_FAMILY)),
     }
@@ -286,23 +286,23 @@ impl Encoder {
             packed = project.apply(&packed);
         }
         let lengths = batch.lengths();
-        let bias = bias.map(|(values, size)| kernels::AttentionBias { values, size });
+        let bias = bias.map(|(values, size)| layers::AttentionBias { values, size });
         self.layers.forward(&mut packed, &lengths, bias.as_ref());
         Ok(packed)
     }
 }
 
-fn linear(vb: VarBuilder, outputs: usize, inputs: usize) -> candle_core::Result<kernels::Linear> {
+fn linear(vb: VarBuilder, outputs: usize, inputs: usize) -> candle_core::Result<layers::Linear> {
     torch_linear(&vb, outputs, inputs, true)
 }
 
-/// The BERT layer stack under `vb` (`{i}.attention.self.query`, ...), for the kernels:
+/// The BERT layer stack under `vb` (`{i}.attention.self.query`, ...), for the layer library:
 /// post-LayerNorm, biased, scaled and bidirectional.
 fn load_layers(
     vb: VarBuilder,
     spec: &Spec,
-    activation: kernels::Activation,
-) -> candle_core::Result<kernels::Stack> {
+    activation: layers::Activation,
+) -> candle_core::Result<layers::Stack> {
     let h = spec.hidden_size;
     let norm = |vb: VarBuilder| layer_norm(&vb, h, spec.layer_norm_eps, true);
     let part = |vb: VarBuilder| torch_parts(&vb, h, h, true);
@@ -310,14 +310,14 @@ fn load_layers(
         .map(|i| {
             let l = vb.pp(i.to_string());
             let a = l.pp("attention");
-            Ok(kernels::Layer {
-                qkv: kernels::Linear::side_by_side(
+            Ok(layers::Layer {
+                qkv: layers::Linear::side_by_side(
                     vec![part(a.pp("self.query"))?, part(a.pp("self.key"))?, part(a.pp("self.value"))?],
                     h,
                 )?,
                 attention_out: linear(a.pp("output.dense"), h, h)?,
                 attention_norm: norm(a.pp("output.LayerNorm"))?,
-                mlp: kernels::Mlp::Plain {
+                mlp: layers::Mlp::Plain {
                     up: linear(l.pp("intermediate.dense"), spec.intermediate_size, h)?,
                     down: linear(l.pp("output.dense"), h, spec.intermediate_size)?,
                 },
@@ -325,7 +325,7 @@ fn load_layers(
             })
         })
         .collect::<candle_core::Result<Vec<_>>>()?;
-    kernels::Stack::new(layers, kernels::StackSpec::post_norm(h, spec.num_attention_heads, activation))
+    layers::Stack::new(layers, layers::StackSpec::post_norm(h, spec.num_attention_heads, activation))
 }
 
 pub use crate::layers::relative_position_bucket;
