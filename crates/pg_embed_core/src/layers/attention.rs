@@ -129,7 +129,8 @@ pub(crate) fn rotate(row: &mut [f32], heads: usize, head_dim: usize, cos: &[f32]
 }
 
 /// The shape of attention: `heads` query heads and `kv_heads` key/value heads of
-/// `head_dim` each, `scale` on the scores, a causal mask or not. The packed Q, K and V of a
+/// `head_dim` each, `scale` on the scores, a causal mask or not, a sliding window (each
+/// query sees the keys at most `window` positions away) or not. The packed Q, K and V of a
 /// token are side by side: [heads head_dim | kv_heads head_dim | kv_heads head_dim].
 #[derive(Clone, Copy)]
 pub(crate) struct Heads {
@@ -138,6 +139,7 @@ pub(crate) struct Heads {
     pub head_dim: usize,
     pub scale: f32,
     pub causal: bool,
+    pub window: Option<usize>,
 }
 
 impl Heads {
@@ -171,22 +173,32 @@ dispatch! {
     /// Each row of `x` (`width` wide) plus `add`'s row, replaced by e^(x - its maximum);
     /// `inverse_sums` gets 1 / the sum of each row (the softmax is `x * inverse_sums`, applied
     /// after the product with V as torch's fused attention does). With `causal`, row i
-    /// covers its first i + 1 values and the rest become 0.
+    /// covers its first i + 1 values; with a `window` w, values i - w..=i + w; the rest
+    /// become 0.
     pub(crate) fn unnormalized_softmax_rows(
         x: &mut [f32],
         width: usize,
         add: Option<(&[f32], usize)>,
         causal: bool,
+        window: Option<usize>,
         inverse_sums: &mut [f32],
     ) {
         if width == 0 {
             return;
         }
         for ((i, row), inv) in x.chunks_exact_mut(width).enumerate().zip(inverse_sums.iter_mut()) {
-            let (row, masked) = row.split_at_mut(if causal { (i + 1).min(width) } else { width });
+            let mut end = if causal { (i + 1).min(width) } else { width };
+            let mut start = 0;
+            if let Some(w) = window {
+                start = i.saturating_sub(w).min(end);
+                end = end.min(i.saturating_add(w).saturating_add(1));
+            }
+            let (before, row) = row.split_at_mut(start);
+            before.fill(0.0);
+            let (row, masked) = row.split_at_mut(end - start);
             masked.fill(0.0);
             if let Some((add, stride)) = add {
-                for (s, a) in row.iter_mut().zip(&add[i * stride..]) {
+                for (s, a) in row.iter_mut().zip(&add[i * stride + start..]) {
                     *s += a;
                 }
             }
@@ -269,7 +281,7 @@ pub(crate) unsafe fn attention(
                 );
             }
             let add = bias.map(|b| (&b.values[head * b.size * b.size..(head + 1) * b.size * b.size], b.size));
-            unnormalized_softmax_rows(scores, len, add, shape.causal, inverse_sums);
+            unnormalized_softmax_rows(scores, len, add, shape.causal, shape.window, inverse_sums);
             unsafe {
                 // context = P V
                 gemm::gemm(

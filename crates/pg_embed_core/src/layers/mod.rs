@@ -8,7 +8,8 @@
 //! the product or attention code: where the norms sit (after each block: the BERT family
 //! and NomicBERT; before, with a final norm: T5 and CLIP), which norm ([`Norm`]: LayerNorm
 //! with or without bias, RMSNorm), biased or bias-free [`Linear`] layers, the [`Activation`],
-//! a plain or gated MLP ([`Mlp`]), scaled or unscaled attention, causal masks, rotary
+//! a plain or gated MLP ([`Mlp`]), scaled or unscaled attention, causal or sliding-window
+//! masks ([`Sliding`]), rotary
 //! positions ([`Rotary`]), an additive bias per head by relative position
 //! ([`RelativeBias`]) and grouped-query heads (`kv_heads`).
 //!
@@ -73,4 +74,4 @@ pub use embedding::{lengths_of, Embedding};
 pub use linear::{torch_product, Linear, Weight};
 pub use math::{erf, exp};
 pub use norm::Norm;
-pub use stack::{Layer, Mlp, NormPosition, Stack, StackSpec};
+pub use stack::{Layer, Mlp, NormPosition, Sliding, Stack, StackSpec};

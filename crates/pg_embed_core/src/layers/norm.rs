@@ -9,6 +9,8 @@ pub enum Norm {
     Layer { weight: Vec<f32>, bias: Option<Vec<f32>>, eps: f32 },
     /// x / sqrt(mean(x^2) + eps) * weight.
     Rms { weight: Vec<f32>, eps: f32 },
+    /// x unchanged (a block without a norm, as ModernBERT's first attention).
+    Identity { width: usize },
 }
 
 impl Norm {
@@ -26,6 +28,7 @@ impl Norm {
     pub fn width(&self) -> usize {
         match self {
             Norm::Layer { weight, .. } | Norm::Rms { weight, .. } => weight.len(),
+            Norm::Identity { width } => *width,
         }
     }
 
@@ -36,6 +39,7 @@ impl Norm {
             Norm::Layer { weight, bias: Some(bias), eps } => layer_norm(x, weight, bias, *eps),
             Norm::Layer { weight, bias: None, eps } => layer_norm_no_bias(x, weight, *eps),
             Norm::Rms { weight, eps } => rms_norm(x, weight, *eps),
+            Norm::Identity { .. } => {}
         }
     }
 }

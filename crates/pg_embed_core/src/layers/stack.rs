@@ -92,6 +92,18 @@ pub struct StackSpec {
     pub rotary: Option<Rotary>,
     /// A bias per head by relative position, added to every layer's scores.
     pub relative_bias: Option<RelativeBias>,
+    /// Sliding-window attention in the layers between the global ones.
+    pub sliding: Option<Sliding>,
+}
+
+/// Layers that attend within a window: every layer whose index is not a multiple of
+/// `global_every` (layer 0 is global) sees only the keys at most `window` positions from
+/// each query, with its own rotary positions when `rotary` is given (the stack's
+/// otherwise).
+pub struct Sliding {
+    pub global_every: usize,
+    pub window: usize,
+    pub rotary: Option<Rotary>,
 }
 
 impl StackSpec {
@@ -109,6 +121,7 @@ impl StackSpec {
             causal: false,
             rotary: None,
             relative_bias: None,
+            sliding: None,
         }
     }
 }
@@ -123,6 +136,7 @@ pub struct Stack {
     final_norm: Option<Norm>,
     pub(super) rotary: Option<Rotary>,
     pub(super) relative_bias: Option<RelativeBias>,
+    sliding: Option<Sliding>,
 }
 
 /// What one call adds to the layers: the attention bias and the rotary table.
@@ -130,6 +144,8 @@ pub(super) struct Call<'a> {
     pub bias: Option<&'a AttentionBias<'a>>,
     /// (cos, sin) [longest, head_dim / 2].
     pub rope: Option<(&'a [f32], &'a [f32])>,
+    /// The sliding-window layers' own (cos, sin), when they have their own.
+    pub local_rope: Option<(&'a [f32], &'a [f32])>,
 }
 
 impl Stack {
@@ -147,9 +163,18 @@ impl Stack {
             head_dim,
             scale: if spec.scaled { 1.0 / (head_dim as f32).sqrt() } else { 1.0 },
             causal: spec.causal,
+            window: None,
         };
         if spec.rotary.as_ref().is_some_and(|r| head_dim % 2 != 0 || r.half() != head_dim / 2) {
             candle_core::bail!("rotary positions need an even head width, not {head_dim}");
+        }
+        if let Some(s) = &spec.sliding {
+            if s.global_every == 0 {
+                candle_core::bail!("sliding-window layers between global layers every 0 layers");
+            }
+            if s.rotary.as_ref().is_some_and(|r| head_dim % 2 != 0 || r.half() != head_dim / 2) {
+                candle_core::bail!("rotary positions need an even head width, not {head_dim}");
+            }
         }
         if spec.relative_bias.as_ref().is_some_and(|b| b.heads() != heads) {
             candle_core::bail!("a relative position bias for other than {heads} heads");
@@ -193,6 +218,7 @@ impl Stack {
             final_norm: spec.final_norm,
             rotary: spec.rotary,
             relative_bias: spec.relative_bias,
+            sliding: spec.sliding,
         })
     }
 
@@ -221,7 +247,12 @@ impl Stack {
         };
         let own = own.as_deref().map(|values| AttentionBias { values, size: longest });
         let rope = self.rotary.as_ref().map(|r| r.table(longest));
-        let call = Call { bias: bias.or(own.as_ref()), rope: rope.as_ref().map(|(c, s)| (&c[..], &s[..])) };
+        let local_rope = self.sliding.as_ref().and_then(|s| s.rotary.as_ref()).map(|r| r.table(longest));
+        let call = Call {
+            bias: bias.or(own.as_ref()),
+            rope: rope.as_ref().map(|(c, s)| (&c[..], &s[..])),
+            local_rope: local_rope.as_ref().map(|(c, s)| (&c[..], &s[..])),
+        };
         if threads > 1 && lengths.len() >= 2 * threads {
             // One group of whole sequences per thread, of about equal token counts.
             let mut groups: Vec<(&mut [f32], &[usize])> = Vec::with_capacity(threads);
@@ -292,7 +323,7 @@ impl Stack {
             inner: Buf::of(inner),
             glu: Buf::of(glu),
         };
-        let positions: Vec<u32> = match call.rope {
+        let positions: Vec<u32> = match call.rope.or(call.local_rope) {
             Some(_) => lengths.iter().flat_map(|&len| 0..len as u32).collect(),
             None => Vec::new(),
         };
@@ -321,8 +352,23 @@ impl Stack {
 
     /// The steps `steps` takes (each `Share::split` one team step).
     fn step_count(&self) -> usize {
-        let per_layer = |l: &Layer| 7 + usize::from(self.rotary.is_some()) + usize::from(l.mlp.gated() > 0);
-        self.layers.iter().map(per_layer).sum::<usize>() + usize::from(self.final_norm.is_some())
+        let per_layer = |(i, l): (usize, &Layer)| {
+            7 + usize::from(self.rotary_of(i).is_some()) + usize::from(l.mlp.gated() > 0)
+        };
+        self.layers.iter().enumerate().map(per_layer).sum::<usize>() + usize::from(self.final_norm.is_some())
+    }
+
+    /// The sliding window of layer `i`, if it slides.
+    fn window_of(&self, i: usize) -> Option<&Sliding> {
+        self.sliding.as_ref().filter(|s| i % s.global_every != 0)
+    }
+
+    /// The rotary positions of layer `i`.
+    fn rotary_of(&self, i: usize) -> Option<&Rotary> {
+        match self.window_of(i) {
+            Some(Sliding { rotary: Some(r), .. }) => Some(r),
+            _ => self.rotary.as_ref(),
+        }
     }
 
     /// The layers, step by step: each step reads buffers no thread writes in it and writes
@@ -342,7 +388,13 @@ impl Stack {
         let Heads { heads, kv_heads, head_dim, .. } = self.shape;
         let (qkv_width, width) = (self.shape.qkv_width(), self.shape.width());
         unsafe {
-            for layer in &self.layers {
+            for (index, layer) in self.layers.iter().enumerate() {
+                let sliding = self.window_of(index);
+                let shape = Heads { window: sliding.map(|s| s.window), ..self.shape };
+                let rope = match sliding {
+                    Some(Sliding { rotary: Some(_), .. }) => call.local_rope,
+                    _ => call.rope,
+                };
                 let input = if pre {
                     normed_rows(b.x, b.normed, h, share, &layer.attention_norm);
                     b.normed
@@ -350,7 +402,7 @@ impl Stack {
                     b.x
                 };
                 layer.qkv.forward_shared(input.get(), None, None, b.qkv, share);
-                if let Some((cos, sin)) = call.rope {
+                if let Some((cos, sin)) = rope {
                     let half = head_dim / 2;
                     rows_shared(b.qkv, qkv_width, share, &|first, rows| {
                         for (i, row) in rows.chunks_exact_mut(qkv_width).enumerate() {
@@ -361,7 +413,7 @@ impl Stack {
                         }
                     });
                 }
-                attention(b.qkv.get(), self.shape, lengths, &tasks, call.bias, b.context, share);
+                attention(b.qkv.get(), shape, lengths, &tasks, call.bias, b.context, share);
                 layer.attention_out.forward_shared(b.context.get(), Some(b.x.get()), None, b.attended, share);
                 let mlp_input = if pre {
                     normed_rows(b.attended, b.normed, h, share, &layer.output_norm);

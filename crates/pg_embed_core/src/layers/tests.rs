@@ -50,7 +50,7 @@ fn softmax_rows_with_a_bias_match_the_definition() {
             })
             .collect();
         let mut inverse_sums = [0f32; 4];
-        unnormalized_softmax_rows(&mut x, 3, Some((&add, 4)), causal, &mut inverse_sums);
+        unnormalized_softmax_rows(&mut x, 3, Some((&add, 4)), causal, None, &mut inverse_sums);
         for (i, (g, w)) in x.iter().zip(&want).enumerate() {
             let g = g * inverse_sums[i / 3];
             assert!((g - w).abs() < 1e-6, "causal {causal}: {g} vs {w}");
@@ -228,6 +228,7 @@ fn stack(s: &Setting, raws: &[Raw], packed: bool) -> Stack {
         relative_bias: s.relative.then(|| {
             RelativeBias::new(noise(BUCKETS * s.heads, 99, 1.0), BUCKETS, s.heads, MAX_DISTANCE).unwrap()
         }),
+        sliding: None,
     };
     Stack::new(layers, spec).unwrap()
 }
@@ -386,8 +387,11 @@ fn check(s: Setting) {
             let bias = st.relative_bias.as_ref().map(|b| b.values(longest));
             let bias = bias.as_deref().map(|values| AttentionBias { values, size: longest });
             let rope = st.rotary.as_ref().map(|r| r.table(longest));
-            let call =
-                stack::Call { bias: bias.as_ref(), rope: rope.as_ref().map(|(c, s)| (&c[..], &s[..])) };
+            let call = stack::Call {
+                bias: bias.as_ref(),
+                rope: rope.as_ref().map(|(c, s)| (&c[..], &s[..])),
+                local_rope: None,
+            };
             st.run_as(&mut teamed, &lengths, &call, 2, true)
         })
         .unwrap();

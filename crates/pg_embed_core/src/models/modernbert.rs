@@ -1,20 +1,19 @@
 //! ModernBERT (gte-modernbert, modernbert-embed): rotary positions, GeGLU, global attention
-//! every n-th layer and a sliding window in the others. The network is candle-transformers'
-//! `ModernBert`; this file owns the config in both the transformers 5 form (`layer_types`,
-//! `rope_parameters`) and the form on the Hub (`global_attn_every_n_layers`,
-//! `global_rope_theta`, `local_rope_theta`).
+//! every n-th layer and a sliding window in the others, as transformers' `ModernBertModel`
+//! computes it, on the layer library's pre-norm stack over packed tokens. The config is
+//! read in both the transformers 5 form (`layer_types`, `rope_parameters`) and the form on
+//! the Hub (`global_attn_every_n_layers`, `global_rope_theta`, `local_rope_theta`).
 
 use std::collections::BTreeMap;
 
-use candle_core::Tensor;
 use candle_nn::VarBuilder;
-use candle_transformers::models::modernbert as cm;
 use serde::{Deserialize, Serialize};
 
 use super::encoder::{
     bad_weights, check_eps, check_heads, check_positions, check_rope_theta, unsupported, MAX_POSITIONS,
 };
 use crate::error::{Error, Result};
+use crate::layers;
 
 /// `transformers.ModernBertConfig`
 /// (https://huggingface.co/docs/transformers/model_doc/modernbert#transformers.ModernBertConfig);
@@ -146,12 +145,14 @@ impl Config {
 }
 
 pub struct Model {
-    inner: cm::ModernBert,
+    word: layers::Embedding,
+    norm: layers::Norm,
+    stack: layers::Stack,
 }
 
 pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
     check_heads(cfg.hidden_size, cfg.num_attention_heads)?;
-    // candle's ModernBert has no biases in attention, MLP and norms, and GELU (erf) in the MLP.
+    // No biases in attention, MLP and norms, and GELU (erf) in the MLP.
     for (what, set) in
         [("attention_bias", cfg.attention_bias), ("mlp_bias", cfg.mlp_bias), ("norm_bias", cfg.norm_bias)]
     {
@@ -165,58 +166,98 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
     if cfg.num_hidden_layers == 0 {
         return Err(Error::invalid_file("config.json", "num_hidden_layers is 0"));
     }
-    // candle sizes its rotary tables by max_position_embeddings and its layer list by
-    // num_hidden_layers before reading a weight: both are checked first.
+    // The layer list is sized by num_hidden_layers, checked against the checkpoint below
+    // before any weight is read; positions are bounded like every architecture's.
     check_positions("max_position_embeddings", cfg.max_position_embeddings)?;
     check_eps("norm_eps", cfg.norm_eps)?;
-    // candle's MLP reads `Wi` as [2 * intermediate_size, hidden_size].
+    // `Wi` is [2 * intermediate_size, hidden_size].
     if cfg.intermediate_size.checked_mul(2).is_none() {
         return Err(Error::invalid_file(
             "config.json",
             format!("intermediate_size {} is too large", cfg.intermediate_size),
         ));
     }
-    let inner_cfg = cm::Config {
-        vocab_size: cfg.vocab_size,
-        hidden_size: cfg.hidden_size,
-        num_hidden_layers: cfg.num_hidden_layers,
-        num_attention_heads: cfg.num_attention_heads,
-        intermediate_size: cfg.intermediate_size,
-        max_position_embeddings: cfg.max_position_embeddings,
-        layer_norm_eps: cfg.norm_eps,
-        pad_token_id: cfg.pad_token_id,
-        global_attn_every_n_layers: cfg.global_every()?,
-        global_rope_theta: cfg.rope_theta("full_attention", cfg.global_rope_theta, 160_000.0)?,
-        // candle compares distances with local_attention / 2 as i32, so a window of 2^32 or
-        // more wrapped and masked every token (NaN). Inputs are at most MAX_POSITIONS long:
-        // a window of twice that already reaches every token, and so does any wider one.
-        local_attention: cfg.local_attention.min(2 * MAX_POSITIONS),
-        local_rope_theta: cfg.rope_theta("sliding_attention", cfg.local_rope_theta, 10_000.0)?,
-        classifier_config: None,
-    };
-    // candle reads `model.*`; a bare ModernBertModel checkpoint stores the same names without it.
-    let vb = if !vb.contains_tensor("model.embeddings.tok_embeddings.weight")
-        && vb.contains_tensor("embeddings.tok_embeddings.weight")
-    {
-        vb.rename_f(|name| name.strip_prefix("model.").unwrap_or(name).to_string())
+    let global_every = cfg.global_every()?;
+    let global_theta = cfg.rope_theta("full_attention", cfg.global_rope_theta, 160_000.0)?;
+    let local_theta = cfg.rope_theta("sliding_attention", cfg.local_rope_theta, 10_000.0)?;
+    // Inputs are at most MAX_POSITIONS long: a window of twice that already reaches every
+    // token, and so does any wider one.
+    let window = cfg.local_attention.min(2 * MAX_POSITIONS) / 2;
+    // Weights are read under `model.*`; a bare ModernBertModel checkpoint stores the same
+    // names without it.
+    let vb = if vb.contains_tensor("model.embeddings.tok_embeddings.weight") {
+        vb.pp("model")
     } else {
         vb
     };
     let last = cfg.num_hidden_layers - 1;
-    if !vb.contains_tensor(&format!("model.layers.{last}.attn.Wqkv.weight")) {
+    if !vb.contains_tensor(&format!("layers.{last}.attn.Wqkv.weight")) {
         return Err(Error::invalid_file(
             "model.safetensors",
             format!("num_hidden_layers is {}, and the checkpoint has no layer {last}", cfg.num_hidden_layers),
         ));
     }
-    let inner = cm::ModernBert::load(vb, &inner_cfg).map_err(bad_weights)?;
-    Ok(Model { inner })
+    let (h, ff) = (cfg.hidden_size, cfg.intermediate_size);
+    let head_dim = h / cfg.num_attention_heads;
+    let eps = cfg.norm_eps;
+    let load = || -> candle_core::Result<Model> {
+        let linear = |vb: VarBuilder, o: usize, i: usize| -> candle_core::Result<layers::Linear> {
+            let w = vb.get((o, i), "weight")?.flatten_all()?.to_vec1::<f32>()?;
+            layers::Linear::from_torch(w, None, o, i)
+        };
+        let norm = |vb: VarBuilder| -> candle_core::Result<layers::Norm> {
+            layers::Norm::layer(vb.get(h, "weight")?.to_vec1::<f32>()?, None, eps)
+        };
+        let stack = (0..cfg.num_hidden_layers)
+            .map(|i| -> candle_core::Result<layers::Layer> {
+                let l = vb.pp(format!("layers.{i}"));
+                // Layer 0 has no attention norm: the embeddings' norm precedes it.
+                let attention_norm =
+                    if i == 0 { layers::Norm::Identity { width: h } } else { norm(l.pp("attn_norm"))? };
+                Ok(layers::Layer {
+                    // Q, K and V side by side, each [heads head_dim, hidden].
+                    qkv: linear(l.pp("attn.Wqkv"), 3 * h, h)?,
+                    attention_out: linear(l.pp("attn.Wo"), h, h)?,
+                    attention_norm,
+                    // GeGLU: `Wi` is the activated input half, then the gate half.
+                    mlp: layers::Mlp::Gated {
+                        gate_up: linear(l.pp("mlp.Wi"), 2 * ff, h)?,
+                        down: linear(l.pp("mlp.Wo"), h, ff)?,
+                    },
+                    output_norm: norm(l.pp("mlp_norm"))?,
+                })
+            })
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        let word = layers::Embedding::from_tensor(
+            &vb.pp("embeddings.tok_embeddings").get((cfg.vocab_size, h), "weight")?,
+        )?;
+        let spec = layers::StackSpec {
+            norm_position: layers::NormPosition::Pre,
+            final_norm: Some(norm(vb.pp("final_norm"))?),
+            rotary: Some(layers::Rotary::new(head_dim, global_theta)),
+            sliding: Some(layers::Sliding {
+                global_every,
+                window,
+                rotary: Some(layers::Rotary::new(head_dim, local_theta)),
+            }),
+            ..layers::StackSpec::post_norm(h, cfg.num_attention_heads, layers::Activation::Gelu)
+        };
+        let norm = norm(vb.pp("embeddings.norm"))?;
+        Ok(Model { word, norm, stack: layers::Stack::new(stack, spec)? })
+    };
+    load().map_err(bad_weights)
 }
 
 impl Model {
-    /// ModernBERT has no token types.
-    pub fn forward(&self, ids: &Tensor, _type_ids: &Tensor, mask: &Tensor) -> candle_core::Result<Tensor> {
-        self.inner.forward(ids, mask)
+    /// The last hidden states [tokens, hidden] of a packed batch: `ids` of every sequence
+    /// end to end, sequence i at tokens bounds[i]..bounds[i + 1]; rotary positions 0..
+    /// within each. ModernBERT has no token types.
+    pub fn forward_packed(&self, ids: &[u32], bounds: &[usize]) -> candle_core::Result<Vec<f32>> {
+        let lengths = layers::lengths_of(bounds, ids.len())?;
+        let mut x = self.word.gather(ids)?;
+        self.norm.forward(&mut x);
+        self.stack.try_forward(&mut x, &lengths)?;
+        Ok(x)
     }
 }
 
@@ -239,8 +280,7 @@ impl super::Config for Config {
 }
 
 impl super::Model for Model {
-    /// One sequence at a time through the padded forward pass.
     fn forward(&self, batch: &super::Batch) -> candle_core::Result<Vec<f32>> {
-        super::one_by_one(batch, |ids, types, mask| Model::forward(self, ids, types, mask))
+        self.forward_packed(batch.ids, batch.bounds)
     }
 }

@@ -179,6 +179,7 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
                 cfg.num_heads,
                 cfg.relative_attention_max_distance,
             )?),
+            sliding: None,
         };
         Ok(Model { embed, stack: layers::Stack::new(blocks, spec)? })
     };
