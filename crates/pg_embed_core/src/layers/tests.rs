@@ -229,6 +229,8 @@ fn stack(s: &Setting, raws: &[Raw], packed: bool) -> Stack {
             RelativeBias::new(noise(BUCKETS * s.heads, 99, 1.0), BUCKETS, s.heads, MAX_DISTANCE).unwrap()
         }),
         sliding: None,
+        scale: None,
+        score_term: None,
     };
     Stack::new(layers, spec).unwrap()
 }
