@@ -372,7 +372,7 @@ impl Stack {
 
     /// The sliding window of layer `i`, if it slides.
     fn window_of(&self, i: usize) -> Option<&Sliding> {
-        self.sliding.as_ref().filter(|s| i % s.global_every != 0)
+        self.sliding.as_ref().filter(|s| !i.is_multiple_of(s.global_every))
     }
 
     /// The rotary positions of layer `i`.

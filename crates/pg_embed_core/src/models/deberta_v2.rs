@@ -293,7 +293,8 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
             let rows = usize::try_from(2 * span)
                 .map_err(|_| candle_core::Error::Msg(format!("a relative position span of {span}")))?;
             let mut table = enc.get((rows, h), "rel_embeddings.weight")?.flatten_all()?.to_vec1::<f32>()?;
-            if cfg.norm_rel_ebd.as_deref().is_some_and(|n| n.split('|').any(|p| p.trim() == "layer_norm")) {
+            let norm_rel = cfg.norm_rel_ebd.as_deref().unwrap_or("none").to_lowercase();
+            if norm_rel.split('|').any(|p| p.trim() == "layer_norm") {
                 norm(enc.pp("LayerNorm"), h)?.forward(&mut table);
             }
             Some((table, rows))
