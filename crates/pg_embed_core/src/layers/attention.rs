@@ -16,6 +16,24 @@ pub struct AttentionBias<'a> {
     pub size: usize,
 }
 
+/// A term added to the scores of one head of one sequence before the softmax, computed
+/// from that sequence's queries and keys (DeBERTa's disentangled relative-position terms).
+pub trait ScoreTerm: Send + Sync {
+    /// Adds to `scores` [len, len] (query by key) of `head` in layer `layer`. Query i of
+    /// the head is `q[i * stride..][..head_dim]`, key j `k[j * stride..][..head_dim]`.
+    #[allow(clippy::too_many_arguments)]
+    fn add(
+        &self,
+        layer: usize,
+        head: usize,
+        q: &[f32],
+        k: &[f32],
+        stride: usize,
+        len: usize,
+        scores: &mut [f32],
+    );
+}
+
 /// The relative-position bucket of transformers' T5 and MPNet (bidirectional): half the
 /// buckets for keys after the query, exact buckets for the nearest positions and
 /// logarithmic ones up to `max_distance`. Computed in float32 as torch computes it, so the
@@ -227,6 +245,7 @@ pub(crate) unsafe fn attention(
     lengths: &[usize],
     tasks: &[(usize, usize, usize)],
     bias: Option<&AttentionBias>,
+    term: Option<(&dyn ScoreTerm, usize)>,
     out: Buf,
     share: Share,
 ) {
@@ -279,6 +298,11 @@ pub(crate) unsafe fn attention(
                     false,
                     gemm::Parallelism::None,
                 );
+            }
+            if let Some((term, layer)) = term {
+                let q = &qkv[offset * stride + head * d..];
+                let k = &qkv[offset * stride + width + kv * d..];
+                term.add(layer, head, q, k, stride, len, scores);
             }
             let add = bias.map(|b| (&b.values[head * b.size * b.size..(head + 1) * b.size * b.size], b.size));
             unnormalized_softmax_rows(scores, len, add, shape.causal, shape.window, inverse_sums);

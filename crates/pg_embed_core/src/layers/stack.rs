@@ -9,7 +9,9 @@
 use rayon::prelude::*;
 
 use super::activation::Activation;
-use super::attention::{attention, attention_tasks, rotate, AttentionBias, Heads, RelativeBias, Rotary};
+use super::attention::{
+    attention, attention_tasks, rotate, AttentionBias, Heads, RelativeBias, Rotary, ScoreTerm,
+};
 use super::linear::Linear;
 use super::norm::Norm;
 
@@ -94,6 +96,10 @@ pub struct StackSpec {
     pub relative_bias: Option<RelativeBias>,
     /// Sliding-window attention in the layers between the global ones.
     pub sliding: Option<Sliding>,
+    /// The scale of the scores instead of 1 / sqrt(head_dim) (with `scaled`).
+    pub scale: Option<f32>,
+    /// A term added to every layer's scores from its queries and keys.
+    pub score_term: Option<Box<dyn ScoreTerm>>,
 }
 
 /// Layers that attend within a window: every layer whose index is not a multiple of
@@ -122,6 +128,8 @@ impl StackSpec {
             rotary: None,
             relative_bias: None,
             sliding: None,
+            scale: None,
+            score_term: None,
         }
     }
 }
@@ -137,6 +145,7 @@ pub struct Stack {
     pub(super) rotary: Option<Rotary>,
     pub(super) relative_bias: Option<RelativeBias>,
     sliding: Option<Sliding>,
+    score_term: Option<Box<dyn ScoreTerm>>,
 }
 
 /// What one call adds to the layers: the attention bias and the rotary table.
@@ -161,7 +170,11 @@ impl Stack {
             heads,
             kv_heads,
             head_dim,
-            scale: if spec.scaled { 1.0 / (head_dim as f32).sqrt() } else { 1.0 },
+            scale: match (spec.scaled, spec.scale) {
+                (true, Some(scale)) => scale,
+                (true, None) => 1.0 / (head_dim as f32).sqrt(),
+                (false, _) => 1.0,
+            },
             causal: spec.causal,
             window: None,
         };
@@ -219,6 +232,7 @@ impl Stack {
             rotary: spec.rotary,
             relative_bias: spec.relative_bias,
             sliding: spec.sliding,
+            score_term: spec.score_term,
         })
     }
 
@@ -360,7 +374,7 @@ impl Stack {
 
     /// The sliding window of layer `i`, if it slides.
     fn window_of(&self, i: usize) -> Option<&Sliding> {
-        self.sliding.as_ref().filter(|s| i % s.global_every != 0)
+        self.sliding.as_ref().filter(|s| !i.is_multiple_of(s.global_every))
     }
 
     /// The rotary positions of layer `i`.
@@ -413,7 +427,8 @@ impl Stack {
                         }
                     });
                 }
-                attention(b.qkv.get(), shape, lengths, &tasks, call.bias, b.context, share);
+                let term = self.score_term.as_deref().map(|t| (t, index));
+                attention(b.qkv.get(), shape, lengths, &tasks, call.bias, term, b.context, share);
                 layer.attention_out.forward_shared(b.context.get(), Some(b.x.get()), None, b.attended, share);
                 let mlp_input = if pre {
                     normed_rows(b.attended, b.normed, h, share, &layer.output_norm);

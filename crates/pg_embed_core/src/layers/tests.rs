@@ -139,6 +139,8 @@ struct Setting {
     relative: bool,
     heads: usize,
     kv_heads: usize,
+    /// Layer 1 attends within this window (layer 0 is global).
+    window: Option<usize>,
 }
 
 const HIDDEN: usize = 24;
@@ -228,7 +230,9 @@ fn stack(s: &Setting, raws: &[Raw], packed: bool) -> Stack {
         relative_bias: s.relative.then(|| {
             RelativeBias::new(noise(BUCKETS * s.heads, 99, 1.0), BUCKETS, s.heads, MAX_DISTANCE).unwrap()
         }),
-        sliding: None,
+        sliding: s.window.map(|window| Sliding { global_every: 2, window, rotary: None }),
+        scale: None,
+        score_term: None,
     };
     Stack::new(layers, spec).unwrap()
 }
@@ -278,7 +282,7 @@ fn reference(s: &Setting, raws: &[Raw], x: &[f32], lengths: &[usize]) -> Vec<f32
             .map(|t| x[(start + t) * h..(start + t + 1) * h].iter().map(|v| *v as f64).collect())
             .collect();
         start += len;
-        for r in raws {
+        for (layer, r) in raws.iter().enumerate() {
             let input: Vec<Vec<f64>> =
                 xs.iter().map(|v| if s.pre { norm(v, &r.n1) } else { v.clone() }).collect();
             let mut qkv: Vec<Vec<f64>> = input.iter().map(|v| linear(v, &r.qkv, &r.qkv_b, qkv_w)).collect();
@@ -299,8 +303,12 @@ fn reference(s: &Setting, raws: &[Raw], x: &[f32], lengths: &[usize]) -> Vec<f32
             for head in 0..s.heads {
                 let kv = head / (s.heads / s.kv_heads);
                 for q in 0..len {
-                    let keys = if s.causal { q + 1 } else { len };
-                    let scores: Vec<f64> = (0..keys)
+                    let window = s.window.filter(|_| layer % 2 == 1);
+                    let first = window.map_or(0, |w| q.saturating_sub(w));
+                    let end = if s.causal { q + 1 } else { len };
+                    let keys = first..window.map_or(end, |w| end.min(q + w + 1));
+                    let scores: Vec<f64> = keys
+                        .clone()
                         .map(|k| {
                             let dot: f64 =
                                 (0..d).map(|i| qkv[q][head * d + i] * qkv[k][width + kv * d + i]).sum();
@@ -319,8 +327,10 @@ fn reference(s: &Setting, raws: &[Raw], x: &[f32], lengths: &[usize]) -> Vec<f32
                     let e: Vec<f64> = scores.iter().map(|v| (v - max).exp()).collect();
                     let total: f64 = e.iter().sum();
                     for i in 0..d {
-                        context[q][head * d + i] =
-                            (0..keys).map(|k| e[k] / total * qkv[k][width + (s.kv_heads + kv) * d + i]).sum();
+                        context[q][head * d + i] = keys
+                            .clone()
+                            .map(|k| e[k - first] / total * qkv[k][width + (s.kv_heads + kv) * d + i])
+                            .sum();
                     }
                 }
             }
@@ -412,6 +422,7 @@ fn the_bert_layer_matches_plain_loops() {
         relative: false,
         heads: 4,
         kv_heads: 4,
+        window: None,
     });
 }
 
@@ -429,6 +440,7 @@ fn t5_clip_and_nomic_layers_match_plain_loops() {
         relative: true,
         heads: 4,
         kv_heads: 4,
+        window: None,
     });
     // CLIP: pre-norm LayerNorm, biases, causal.
     check(Setting {
@@ -442,6 +454,7 @@ fn t5_clip_and_nomic_layers_match_plain_loops() {
         relative: false,
         heads: 4,
         kv_heads: 4,
+        window: None,
     });
     // NomicBERT: post-norm, no linear biases, rotary, SwiGLU.
     check(Setting {
@@ -455,6 +468,7 @@ fn t5_clip_and_nomic_layers_match_plain_loops() {
         relative: false,
         heads: 4,
         kv_heads: 4,
+        window: None,
     });
 }
 
@@ -471,6 +485,7 @@ fn grouped_query_heads_match_plain_loops() {
         relative: false,
         heads: 4,
         kv_heads: 2,
+        window: None,
     });
     check(Setting {
         pre: false,
@@ -483,7 +498,28 @@ fn grouped_query_heads_match_plain_loops() {
         relative: true,
         heads: 4,
         kv_heads: 1,
+        window: None,
     });
+}
+
+#[test]
+fn sliding_window_layers_match_plain_loops() {
+    // ModernBERT: pre-norm LayerNorm without bias, gated, rotary, a window in layer 1.
+    for window in [0, 2, 20] {
+        check(Setting {
+            pre: true,
+            rms: false,
+            biased: false,
+            gated: true,
+            scaled: true,
+            causal: false,
+            rotary: true,
+            relative: false,
+            heads: 4,
+            kv_heads: 4,
+            window: Some(window),
+        });
+    }
 }
 
 #[test]
@@ -499,6 +535,7 @@ fn sizes_that_do_not_fit_are_errors() {
         relative: false,
         heads: 4,
         kv_heads: 4,
+        window: None,
     };
     let raws = vec![raw(&s, 1)];
     let st = stack(&s, &raws, false);

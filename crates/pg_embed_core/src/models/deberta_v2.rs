@@ -1,13 +1,13 @@
-//! DeBERTa-v2 / DeBERTa-v3 (disentangled relative attention). The network is
-//! candle-transformers' `DebertaV2Model`; this file owns the config as transformers stores it.
+//! DeBERTa-v2 / DeBERTa-v3 (disentangled relative attention), as transformers'
+//! `DebertaV2Model` computes it, on the layer library's post-norm stack over packed tokens:
+//! the disentangled terms are the stack's score term.
 
-use candle_core::Tensor;
 use candle_nn::VarBuilder;
-use candle_transformers::models::debertav2 as cd;
 use serde::{Deserialize, Serialize};
 
 use super::encoder::{bad_weights, check_eps, check_heads, check_positions, unsupported, with_prefix};
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::layers::{self, Activation};
 
 /// `transformers.DebertaV2Config`
 /// (https://huggingface.co/docs/transformers/model_doc/deberta-v2#transformers.DebertaV2Config);
@@ -115,14 +115,20 @@ mod d {
 }
 
 pub struct Model {
-    inner: cd::DebertaV2Model,
+    word: layers::Embedding,
+    position: Option<layers::Embedding>,
+    token_type: Option<layers::Embedding>,
+    /// From embedding_size to hidden_size, when they differ.
+    project: Option<layers::Linear>,
+    norm: layers::Norm,
+    stack: layers::Stack,
 }
 
-fn act(name: &str) -> Result<cd::HiddenAct> {
+fn act(name: &str) -> Result<Activation> {
     Ok(match name {
-        "gelu" => cd::HiddenAct::Gelu,
-        "gelu_new" | "gelu_pytorch_tanh" => cd::HiddenAct::GeluApproximate,
-        "relu" => cd::HiddenAct::Relu,
+        "gelu" => Activation::Gelu,
+        "gelu_new" | "gelu_pytorch_tanh" => Activation::GeluTanh,
+        "relu" => Activation::Relu,
         other => return Err(unsupported("hidden_act", other, "gelu, gelu_new, gelu_pytorch_tanh, relu")),
     })
 }
@@ -133,10 +139,98 @@ impl Config {
     }
 }
 
+/// transformers' `make_log_bucket_position` of one relative position, in float32 as torch
+/// computes it: exact within `bucket_size / 2`, logarithmic up to `max_position`.
+fn log_bucket(relative: i64, bucket_size: i64, max_position: i64) -> i64 {
+    let mid = bucket_size / 2;
+    let abs = if relative < mid && relative > -mid { mid - 1 } else { relative.abs() };
+    if abs <= mid {
+        return relative;
+    }
+    // (Saturating: config numbers that make no sense still give a position, clamped later.)
+    let log = ((abs as f32 / mid as f32).ln() / ((max_position as f32 - 1.0) / mid as f32).ln()
+        * (mid - 1) as f32)
+        .ceil() as i64;
+    log.saturating_add(mid).saturating_mul(relative.signum())
+}
+
+/// DeBERTa's disentangled attention terms: content to position (c2p, each query against the
+/// relative embeddings projected as keys) and position to content (p2c, each key against
+/// them projected as queries), by the bucketed distance between query and key.
+struct Disentangled {
+    /// Per layer, the relative embeddings through its key projection [2 span, heads
+    /// head_dim] (c2p) and through its query projection (p2c).
+    c2p: Vec<Option<Vec<f32>>>,
+    p2c: Vec<Option<Vec<f32>>>,
+    span: i64,
+    buckets: i64,
+    max_relative: i64,
+    head_dim: usize,
+    width: usize,
+    /// 1 / sqrt(head_dim scale_factor).
+    scale: f32,
+}
+
+impl Disentangled {
+    /// The bucketed query - key distance.
+    fn relative(&self, distance: i64) -> i64 {
+        if self.buckets > 0 && self.max_relative > 0 {
+            log_bucket(distance, self.buckets, self.max_relative)
+        } else {
+            distance
+        }
+    }
+}
+
+impl layers::ScoreTerm for Disentangled {
+    fn add(
+        &self,
+        layer: usize,
+        head: usize,
+        q: &[f32],
+        k: &[f32],
+        stride: usize,
+        len: usize,
+        scores: &mut [f32],
+    ) {
+        let d = self.head_dim;
+        let last = 2 * self.span - 1;
+        // Row of the position table for query i and key j (by i - j + len - 1).
+        let index: Vec<usize> = (0..2 * len.max(1) - 1)
+            .map(|r| {
+                self.relative(r as i64 - (len as i64 - 1)).saturating_add(self.span).clamp(0, last) as usize
+            })
+            .collect();
+        let dot = |a: &[f32], table: &[f32], row: usize| -> f32 {
+            let p = &table[row * self.width + head * d..][..d];
+            a[..d].iter().zip(p).map(|(x, y)| x * y).sum()
+        };
+        if let Some(Some(pos_key)) = self.c2p.get(layer) {
+            for i in 0..len {
+                let qi = &q[i * stride..];
+                for j in 0..len {
+                    scores[i * len + j] += dot(qi, pos_key, index[i + len - 1 - j]) * self.scale;
+                }
+            }
+        }
+        if let Some(Some(pos_query)) = self.p2c.get(layer) {
+            for j in 0..len {
+                let kj = &k[j * stride..];
+                for i in 0..len {
+                    // transformers gathers at -relative(j - i) + span.
+                    let r = self.relative(j as i64 - i as i64).saturating_neg().saturating_add(self.span);
+                    let r = r.clamp(0, last) as usize;
+                    scores[i * len + j] += dot(kj, pos_query, r) * self.scale;
+                }
+            }
+        }
+    }
+}
+
 pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
     check_heads(cfg.hidden_size, cfg.num_attention_heads)?;
-    // candle builds position ids for max_position_embeddings before reading a weight, and
-    // doubles the relative position span in isize.
+    // Position ids and the relative position span come from these numbers: bounded
+    // before anything is allocated.
     check_positions("max_position_embeddings", cfg.max_position_embeddings)?;
     check_positions("max_relative_positions", cfg.max_relative_positions.max(0) as usize)?;
     check_positions("position_buckets", cfg.position_buckets.max(0) as usize)?;
@@ -152,47 +246,164 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
     if let Some(bad) = pos_att_type.iter().find(|p| !matches!(p.as_str(), "c2p" | "p2c")) {
         return Err(unsupported("pos_att_type", bad, "c2p, p2c"));
     }
-    let inner_cfg = cd::Config {
-        vocab_size: cfg.vocab_size,
-        hidden_size: cfg.hidden_size,
-        num_hidden_layers: cfg.num_hidden_layers,
-        num_attention_heads: cfg.num_attention_heads,
-        intermediate_size: cfg.intermediate_size,
-        hidden_act: act(&cfg.hidden_act)?,
-        hidden_dropout_prob: 0.0,
-        attention_probs_dropout_prob: 0.0,
-        max_position_embeddings: cfg.max_position_embeddings,
-        type_vocab_size: cfg.type_vocab_size,
-        initializer_range: 0.02,
-        layer_norm_eps: cfg.layer_norm_eps,
-        relative_attention: cfg.relative_attention,
-        max_relative_positions: cfg.max_relative_positions,
-        pad_token_id: Some(cfg.pad_token_id),
-        position_biased_input: cfg.position_biased_input,
-        pos_att_type,
-        position_buckets: Some(cfg.position_buckets),
-        share_att_key: Some(cfg.share_att_key),
-        attention_head_size: cfg.attention_head_size,
-        embedding_size: cfg.embedding_size,
-        norm_rel_ebd: cfg.norm_rel_ebd.clone(),
-        conv_kernel_size: None,
-        conv_groups: None,
-        conv_act: None,
-        id2label: None,
-        label2id: None,
-        pooler_dropout: Some(0.0),
-        pooler_hidden_act: Some(act(&cfg.pooler_hidden_act)?),
-        pooler_hidden_size: Some(cfg.pooler_hidden_size()),
-        cls_dropout: None,
-    };
+    let activation = act(&cfg.hidden_act)?;
+    act(&cfg.pooler_hidden_act)?;
     let vb = with_prefix(vb, &["", "deberta."], "embeddings.word_embeddings.weight");
-    let inner = cd::DebertaV2Model::load(vb, &inner_cfg).map_err(bad_weights)?;
-    Ok(Model { inner })
+    let c2p = pos_att_type.iter().any(|p| p == "c2p");
+    let p2c = pos_att_type.iter().any(|p| p == "p2c");
+    let h = cfg.hidden_size;
+    let heads = cfg.num_attention_heads;
+    let head_dim = cfg.attention_head_size.unwrap_or(h / heads);
+    let eps = cfg.layer_norm_eps;
+    let scale_factor = 1 + usize::from(c2p) + usize::from(p2c);
+    let max_relative = if cfg.max_relative_positions < 1 {
+        cfg.max_position_embeddings as i64
+    } else {
+        cfg.max_relative_positions as i64
+    };
+    let span = if cfg.position_buckets > 0 { cfg.position_buckets as i64 } else { max_relative };
+    if cfg.relative_attention && span < 1 {
+        return Err(Error::invalid_file(
+            "config.json",
+            "relative_attention needs position_buckets, max_relative_positions or max_position_embeddings above 0",
+        ));
+    }
+    let scale = 1.0 / (head_dim as f32 * scale_factor as f32).sqrt();
+    let load = || -> candle_core::Result<Model> {
+        let all = heads
+            .checked_mul(head_dim)
+            .ok_or_else(|| candle_core::Error::Msg(format!("{heads} heads of {head_dim}")))?;
+        let weight = |vb: &VarBuilder, o: usize, i: usize| -> candle_core::Result<Vec<f32>> {
+            vb.get((o, i), "weight")?.flatten_all()?.to_vec1::<f32>()
+        };
+        let bias = |vb: &VarBuilder, o: usize| vb.get(o, "bias")?.to_vec1::<f32>();
+        let linear = |vb: VarBuilder, o: usize, i: usize| -> candle_core::Result<layers::Linear> {
+            layers::Linear::from_torch(weight(&vb, o, i)?, Some(bias(&vb, o)?), o, i)
+        };
+        let norm = |vb: VarBuilder, width: usize| -> candle_core::Result<layers::Norm> {
+            layers::Norm::layer(
+                vb.get(width, "weight")?.to_vec1::<f32>()?,
+                Some(vb.get(width, "bias")?.to_vec1::<f32>()?),
+                eps,
+            )
+        };
+        // The relative embeddings, normed when norm_rel_ebd says so.
+        let enc = vb.pp("encoder");
+        let relative = if cfg.relative_attention {
+            let rows = usize::try_from(2 * span)
+                .map_err(|_| candle_core::Error::Msg(format!("a relative position span of {span}")))?;
+            let mut table = enc.get((rows, h), "rel_embeddings.weight")?.flatten_all()?.to_vec1::<f32>()?;
+            let norm_rel = cfg.norm_rel_ebd.as_deref().unwrap_or("none").to_lowercase();
+            if norm_rel.split('|').any(|p| p.trim() == "layer_norm") {
+                norm(enc.pp("LayerNorm"), h)?.forward(&mut table);
+            }
+            Some((table, rows))
+        } else {
+            None
+        };
+        let mut terms = Disentangled {
+            c2p: Vec::new(),
+            p2c: Vec::new(),
+            span,
+            buckets: cfg.position_buckets as i64,
+            max_relative,
+            head_dim,
+            width: all,
+            scale,
+        };
+        let mut stack = Vec::with_capacity(cfg.num_hidden_layers.min(1024));
+        for i in 0..cfg.num_hidden_layers {
+            let l = enc.pp(format!("layer.{i}"));
+            let a = l.pp("attention.self");
+            let (q, k, v) = (a.pp("query_proj"), a.pp("key_proj"), a.pp("value_proj"));
+            let (qw, kw, vw) = (weight(&q, all, h)?, weight(&k, all, h)?, weight(&v, all, h)?);
+            let (qb, kb, vb_) = (bias(&q, all)?, bias(&k, all)?, bias(&v, all)?);
+            if let Some((table, _)) = &relative {
+                let project = |w: &[f32], b: &[f32]| -> candle_core::Result<Vec<f32>> {
+                    Ok(layers::Linear::from_torch(w.to_vec(), Some(b.to_vec()), all, h)?.apply(table))
+                };
+                let (pos_key, pos_query) = if cfg.share_att_key {
+                    (c2p.then(|| project(&kw, &kb)).transpose()?, p2c.then(|| project(&qw, &qb)).transpose()?)
+                } else {
+                    let own = |name: &str| -> candle_core::Result<Vec<f32>> {
+                        let p = a.pp(name);
+                        project(&weight(&p, all, h)?, &bias(&p, all)?)
+                    };
+                    (
+                        c2p.then(|| own("pos_key_proj")).transpose()?,
+                        p2c.then(|| own("pos_query_proj")).transpose()?,
+                    )
+                };
+                terms.c2p.push(pos_key);
+                terms.p2c.push(pos_query);
+            }
+            let qkv = layers::Linear::side_by_side(vec![(qw, Some(qb)), (kw, Some(kb)), (vw, Some(vb_))], h)?;
+            let ff = cfg.intermediate_size;
+            stack.push(layers::Layer {
+                qkv,
+                attention_out: linear(l.pp("attention.output.dense"), h, all)?,
+                attention_norm: norm(l.pp("attention.output.LayerNorm"), h)?,
+                mlp: layers::Mlp::Plain {
+                    up: linear(l.pp("intermediate.dense"), ff, h)?,
+                    down: linear(l.pp("output.dense"), h, ff)?,
+                },
+                output_norm: norm(l.pp("output.LayerNorm"), h)?,
+            });
+        }
+        let e = vb.pp("embeddings");
+        let width = cfg.embedding_size.unwrap_or(h);
+        let table =
+            |vb: VarBuilder, rows: usize| layers::Embedding::from_tensor(&vb.get((rows, width), "weight")?);
+        let word = table(e.pp("word_embeddings"), cfg.vocab_size)?;
+        let position = cfg
+            .position_biased_input
+            .then(|| table(e.pp("position_embeddings"), cfg.max_position_embeddings))
+            .transpose()?;
+        let token_type = (cfg.type_vocab_size > 0)
+            .then(|| table(e.pp("token_type_embeddings"), cfg.type_vocab_size))
+            .transpose()?;
+        let project = (width != h)
+            .then(|| layers::Linear::from_torch(weight(&e.pp("embed_proj"), h, width)?, None, h, width))
+            .transpose()?;
+        let spec = layers::StackSpec {
+            head_dim,
+            scale: Some(scale),
+            score_term: relative.is_some().then(|| Box::new(terms) as Box<dyn layers::ScoreTerm>),
+            ..layers::StackSpec::post_norm(h, heads, activation)
+        };
+        let norm = norm(e.pp("LayerNorm"), h)?;
+        Ok(Model { word, position, token_type, project, norm, stack: layers::Stack::new(stack, spec)? })
+    };
+    load().map_err(bad_weights)
 }
 
 impl Model {
-    pub fn forward(&self, ids: &Tensor, type_ids: &Tensor, mask: &Tensor) -> candle_core::Result<Tensor> {
-        self.inner.forward(ids, Some(type_ids.clone()), Some(mask.clone()))
+    /// The last hidden states [tokens, hidden] of a packed batch: `ids` and `type_ids` of
+    /// every sequence end to end, sequence i at tokens bounds[i]..bounds[i + 1]; positions
+    /// 0.. within each.
+    pub fn forward_packed(
+        &self,
+        ids: &[u32],
+        type_ids: &[u32],
+        bounds: &[usize],
+    ) -> candle_core::Result<Vec<f32>> {
+        let lengths = layers::lengths_of(bounds, ids.len())?;
+        let mut x = self.word.gather(ids)?;
+        if let Some(position) = &self.position {
+            position.add(lengths.iter().flat_map(|&len| 0..len as u32), &mut x)?;
+        }
+        if let Some(token_type) = &self.token_type {
+            if type_ids.len() != ids.len() {
+                candle_core::bail!("{} token type ids for {} tokens", type_ids.len(), ids.len());
+            }
+            token_type.add(type_ids.iter().copied(), &mut x)?;
+        }
+        if let Some(project) = &self.project {
+            x = project.apply(&x);
+        }
+        self.norm.forward(&mut x);
+        self.stack.try_forward(&mut x, &lengths)?;
+        Ok(x)
     }
 }
 
@@ -215,8 +426,7 @@ impl super::Config for Config {
 }
 
 impl super::Model for Model {
-    /// One sequence at a time through the padded forward pass.
     fn forward(&self, batch: &super::Batch) -> candle_core::Result<Vec<f32>> {
-        super::one_by_one(batch, |ids, types, mask| Model::forward(self, ids, types, mask))
+        self.forward_packed(batch.ids, batch.type_ids, batch.bounds)
     }
 }

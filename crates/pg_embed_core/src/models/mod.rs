@@ -191,28 +191,6 @@ impl BackboneConfig {
     }
 }
 
-/// A packed forward pass through a model written over padded candle tensors: each
-/// sequence runs alone (a batch of one, so no padding), the results laid end to end.
-pub(crate) fn one_by_one(
-    batch: &Batch,
-    forward: impl Fn(&Tensor, &Tensor, &Tensor) -> candle_core::Result<Tensor>,
-) -> candle_core::Result<Vec<f32>> {
-    let mut out = Vec::new();
-    let device = candle_core::Device::Cpu;
-    for i in 0..batch.len() {
-        let range = batch.sequence(i);
-        let len = range.len();
-        if len == 0 {
-            continue;
-        }
-        let ids = Tensor::from_slice(&batch.ids[range.clone()], (1, len), &device)?;
-        let types = Tensor::from_slice(&batch.type_ids[range], (1, len), &device)?;
-        let mask = Tensor::ones((1, len), candle_core::DType::U32, &device)?;
-        out.extend(forward(&ids, &types, &mask)?.flatten_all()?.to_vec1::<f32>()?);
-    }
-    Ok(out)
-}
-
 /// The first token of each sequence of `hidden` [tokens, width], as a [sequences, width]
 /// tensor (what a pooler or a classification head over [CLS] reads).
 pub(crate) fn first_tokens(hidden: &[f32], width: usize, batch: &Batch) -> candle_core::Result<Tensor> {

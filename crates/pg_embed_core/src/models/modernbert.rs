@@ -185,11 +185,7 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
     let window = cfg.local_attention.min(2 * MAX_POSITIONS) / 2;
     // Weights are read under `model.*`; a bare ModernBertModel checkpoint stores the same
     // names without it.
-    let vb = if vb.contains_tensor("model.embeddings.tok_embeddings.weight") {
-        vb.pp("model")
-    } else {
-        vb
-    };
+    let vb = if vb.contains_tensor("model.embeddings.tok_embeddings.weight") { vb.pp("model") } else { vb };
     let last = cfg.num_hidden_layers - 1;
     if !vb.contains_tensor(&format!("layers.{last}.attn.Wqkv.weight")) {
         return Err(Error::invalid_file(

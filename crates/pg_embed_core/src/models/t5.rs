@@ -180,6 +180,8 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
                 cfg.relative_attention_max_distance,
             )?),
             sliding: None,
+            scale: None,
+            score_term: None,
         };
         Ok(Model { embed, stack: layers::Stack::new(blocks, spec)? })
     };
