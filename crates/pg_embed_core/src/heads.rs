@@ -12,7 +12,7 @@ use crate::options::HeadSpec;
 
 const SUPPORTED_ACTIVATIONS: &str = "torch.nn.modules.linear.Identity, torch.nn.modules.activation.{Tanh, ReLU, GELU, Sigmoid, LeakyReLU, SiLU, Softplus}";
 const ACTIVATION_NAMES: &str =
-    "identity, tanh, relu, gelu, gelu_tanh, sigmoid, leaky_relu, silu, softplus (or a transformers hidden_act name, or a torch class path)";
+    "identity, tanh, relu, gelu, gelu_tanh, sigmoid, leaky_relu, silu, softplus (or a torch class path)";
 
 /// `sentence_transformers.models.Dense` config.json (6.x adds the input/output names and
 /// `use_residual`). Unknown keys are refused: a new option could change the numbers.
