@@ -8,7 +8,8 @@ use candle_core::Device;
 use tokenizers::{PostProcessor, TruncationParams};
 
 use super::text::{check_token_ids, load_tokenizer, prompt_length, tokenizer_max_length};
-use super::{known_prompts, Pipeline, PipelineInfo, Prompt, Stats};
+use super::text::{Prompt, Text};
+use super::{known_prompts, Input, Pipeline, PipelineInfo, Stats};
 use crate::classifier::{Classifier, HeadConfig};
 use crate::error::{Error, Result};
 use crate::heads::Dense;
@@ -246,9 +247,9 @@ impl Pipeline {
             long_input: options.long_input.unwrap_or_default(),
             directory: dir.to_path_buf(),
         };
+        let input = Input::Text(Text { tokenizer, untruncated, lowercase, prompts, default_prompt, include_prompt });
         Ok(Pipeline {
-            tokenizer,
-            untruncated,
+            input,
             long_input: options.long_input.unwrap_or_default(),
             stats: Stats::default(),
             backbone,
@@ -259,10 +260,6 @@ impl Pipeline {
             normalize,
             dimensions,
             normalize_after_truncation,
-            lowercase,
-            prompts,
-            default_prompt,
-            include_prompt,
             info,
         })
     }

@@ -24,7 +24,7 @@ mod tests;
 
 use batch::{in_batches, Packed};
 pub use batch::length_batches;
-use text::encode;
+use text::{encode, Prompt, Text};
 
 /// What `embed.model_info` shows: the pipeline as resolved from files and options.
 #[derive(Debug, Clone, Serialize)]
@@ -86,17 +86,15 @@ struct Prepared {
     spans: Vec<usize>,
 }
 
-/// A named prompt and how many of its tokens pooling leaves out when
-/// `include_prompt` is false.
-struct Prompt {
-    text: String,
-    length: usize,
+/// The input stage: what turns a user's input into the backbone's tokens. Text is the
+/// only modality today; an image stage (the image processor `preprocessor_config.json`
+/// names) is the next variant, ending in the same backbone -> pooling -> heads stages.
+enum Input {
+    Text(Text),
 }
 
 pub struct Pipeline {
-    tokenizer: Tokenizer,
-    /// The same tokenizer without truncation: token counts and offsets of whole texts.
-    untruncated: Tokenizer,
+    input: Input,
     long_input: LongInput,
     stats: Stats,
     backbone: Box<dyn Model>,
@@ -108,14 +106,17 @@ pub struct Pipeline {
     normalize: bool,
     dimensions: Option<usize>,
     normalize_after_truncation: bool,
-    lowercase: bool,
-    prompts: BTreeMap<String, Prompt>,
-    default_prompt: Option<String>,
-    include_prompt: bool,
     info: PipelineInfo,
 }
 
 impl Pipeline {
+    /// The text input stage.
+    fn text(&self) -> &Text {
+        match &self.input {
+            Input::Text(text) => text,
+        }
+    }
+
     pub fn info(&self) -> &PipelineInfo {
         &self.info
     }
@@ -130,12 +131,12 @@ impl Pipeline {
 
     /// Token ids for one input, exactly as sentence-transformers tokenizes it.
     pub fn tokenize(&self, text: &str) -> Result<Vec<u32>> {
-        Ok(encode(&self.tokenizer, self.lowercase, text)?.0)
+        Ok(encode(&self.text().tokenizer, self.text().lowercase, text)?.0)
     }
 
     /// Tokens of `text` with special tokens, not truncated.
     fn count_tokens(&self, text: &str) -> Result<usize> {
-        Ok(encode(&self.untruncated, self.lowercase, text)?.0.len())
+        Ok(encode(&self.text().untruncated, self.text().lowercase, text)?.0.len())
     }
 
     /// `text` split into chunks of at most `max_tokens` tokens of this model's tokenizer
@@ -151,16 +152,16 @@ impl Pipeline {
                 reason: format!("{overlap} must be less than max_tokens {max_tokens}"),
             });
         }
-        let enc = self.untruncated.encode(text, false).map_err(|e| Error::Tokenize(e.to_string()))?;
+        let enc = self.text().untruncated.encode(text, false).map_err(|e| Error::Tokenize(e.to_string()))?;
         Ok(crate::chunk::split(text, enc.get_offsets(), max_tokens, overlap))
     }
 
     /// The prompt text for `name`: `None` is the default prompt, `Some("")` no prompt.
     fn prompt(&self, name: Option<&str>) -> Result<Option<&Prompt>> {
-        let Some(name) = name.or(self.default_prompt.as_deref()).filter(|n| !n.is_empty()) else {
+        let Some(name) = name.or(self.text().default_prompt.as_deref()).filter(|n| !n.is_empty()) else {
             return Ok(None);
         };
-        match self.prompts.get(name) {
+        match self.text().prompts.get(name) {
             Some(p) if p.text.is_empty() => Ok(None),
             Some(p) => Ok(Some(p)),
             None => Err(Error::UnknownPrompt { name: name.into(), known: known_prompts(&self.info.prompts) }),
@@ -180,12 +181,12 @@ impl Pipeline {
     fn encode_prompted(&self, text: &str, prompt: Option<&Prompt>) -> Result<(Vec<u32>, usize, bool)> {
         match prompt {
             None => {
-                let (ids, cut) = encode(&self.tokenizer, self.lowercase, text)?;
+                let (ids, cut) = encode(&self.text().tokenizer, self.text().lowercase, text)?;
                 Ok((ids, 0, cut))
             }
             Some(p) => {
-                let (ids, cut) = encode(&self.tokenizer, self.lowercase, &format!("{}{text}", p.text))?;
-                Ok((ids, if self.include_prompt { 0 } else { p.length }, cut))
+                let (ids, cut) = encode(&self.text().tokenizer, self.text().lowercase, &format!("{}{text}", p.text))?;
+                Ok((ids, if self.text().include_prompt { 0 } else { p.length }, cut))
             }
         }
     }
@@ -371,14 +372,14 @@ impl Pipeline {
     /// A tokenizer whose post-processor adds no special tokens to a pair has no pair template:
     /// the two texts would run together, so a pair is refused.
     pub fn tokenize_pair(&self, text: &str, pair: Option<&str>) -> Result<(Vec<u32>, Vec<u32>)> {
-        if pair.is_some() && self.tokenizer.get_post_processor().map_or(0, |p| p.added_tokens(true)) == 0 {
+        if pair.is_some() && self.text().tokenizer.get_post_processor().map_or(0, |p| p.added_tokens(true)) == 0 {
             return Err(Error::NoPairTemplate);
         }
-        let (enc, cut) = self.encode_pair(&self.tokenizer, text, pair)?;
+        let (enc, cut) = self.encode_pair(&self.text().tokenizer, text, pair)?;
         if cut {
             if self.long_input == LongInput::Error {
                 return Err(Error::InputTooLong {
-                    tokens: self.encode_pair(&self.untruncated, text, pair)?.0.len(),
+                    tokens: self.encode_pair(&self.text().untruncated, text, pair)?.0.len(),
                     max_length: self.info.max_length,
                 });
             }

@@ -1,10 +1,30 @@
 //! The text input stage: the tokenizer as sentence-transformers uses it.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use tokenizers::Tokenizer;
 
 use crate::error::{Error, Result};
+
+/// The text input stage: the tokenizer as sentence-transformers uses it (no padding,
+/// truncation at max_length), the same tokenizer untruncated (token counts and offsets of
+/// whole texts), lowercasing, and the prompts with how pooling treats them.
+pub(super) struct Text {
+    pub(super) tokenizer: Tokenizer,
+    pub(super) untruncated: Tokenizer,
+    pub(super) lowercase: bool,
+    pub(super) prompts: BTreeMap<String, Prompt>,
+    pub(super) default_prompt: Option<String>,
+    pub(super) include_prompt: bool,
+}
+
+/// A named prompt and how many of its tokens pooling leaves out when `include_prompt` is
+/// false.
+pub(super) struct Prompt {
+    pub(super) text: String,
+    pub(super) length: usize,
+}
 
 /// Tokens of `text` as sentence-transformers 6 tokenizes an input: as it is (no strip),
 /// lowercased when sentence_bert_config.json says `do_lower_case`.
