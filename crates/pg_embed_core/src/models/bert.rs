@@ -74,7 +74,7 @@ mod d {
 pub struct Model {
     encoder: Encoder,
     /// `BertPooler` (dense + tanh over [CLS]) and its width, when the checkpoint carries one.
-    pooler: Option<(candle_nn::Linear, usize)>,
+    pooler: Option<(crate::layers::Linear, usize)>,
 }
 
 impl Config {
@@ -142,19 +142,21 @@ impl super::Model for Model {
 
 /// BERT's and MPNet's pooler: tanh(dense(the first token)), with the dense layer's width.
 pub(crate) fn tanh_pooler(
-    pooler: Option<&(candle_nn::Linear, usize)>,
+    pooler: Option<&(crate::layers::Linear, usize)>,
     hidden: &[f32],
     batch: &Batch,
 ) -> candle_core::Result<Option<Tensor>> {
-    use candle_core::Module;
     let Some((dense, width)) = pooler else { return Ok(None) };
-    dense.forward(&first_tokens(hidden, *width, batch)?)?.tanh().map(Some)
+    let first = first_tokens(hidden, *width, batch)?.flatten_all()?.to_vec1::<f32>()?;
+    let mut pooled = dense.apply(&first);
+    crate::layers::Activation::Tanh.apply(&mut pooled);
+    Tensor::from_vec(pooled, (batch.len(), dense.outputs()), &candle_core::Device::Cpu).map(Some)
 }
 
 /// The pooler's dense layer under `vb`, if the checkpoint has one.
-pub(crate) fn load_pooler(vb: &VarBuilder, hidden: usize) -> Result<Option<(candle_nn::Linear, usize)>> {
+pub(crate) fn load_pooler(vb: &VarBuilder, hidden: usize) -> Result<Option<(crate::layers::Linear, usize)>> {
     vb.contains_tensor("pooler.dense.weight")
-        .then(|| candle_nn::linear(hidden, hidden, vb.pp("pooler.dense")).map(|l| (l, hidden)))
+        .then(|| crate::weights::torch_linear(&vb.pp("pooler.dense"), hidden, hidden, true).map(|l| (l, hidden)))
         .transpose()
         .map_err(bad_weights)
 }

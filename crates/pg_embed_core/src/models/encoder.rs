@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 
 use candle_core::{DType, Module, Tensor};
-use candle_nn::{Embedding, VarBuilder};
+use candle_nn::VarBuilder;
 
 use crate::error::{Error, Result};
 use crate::layers;
@@ -330,20 +330,3 @@ fn load_layers(
 
 pub use crate::layers::relative_position_bucket;
 
-/// [1, heads, seq, seq] bias of a relative-position table [buckets, heads] for key - query.
-pub fn relative_position_bias(
-    table: &Embedding,
-    seq: usize,
-    num_buckets: usize,
-    max_distance: usize,
-    device: &candle_core::Device,
-) -> candle_core::Result<Tensor> {
-    let buckets: Vec<u32> = (0..seq as i64)
-        .flat_map(|q| {
-            (0..seq as i64).map(move |k| relative_position_bucket(k - q, num_buckets, max_distance))
-        })
-        .collect();
-    let buckets = Tensor::from_vec(buckets, (seq, seq), device)?;
-    // [q, k, heads] -> [1, heads, q, k]
-    table.forward(&buckets)?.permute((2, 0, 1))?.unsqueeze(0)
-}

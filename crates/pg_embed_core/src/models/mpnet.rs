@@ -4,11 +4,13 @@
 //! has no MPNet; the shared BERT-family encoder carries it.
 
 use candle_core::Tensor;
-use candle_nn::{Embedding, Linear, VarBuilder};
+use candle_nn::VarBuilder;
+
+use crate::layers::{Linear, RelativeBias};
 use serde::{Deserialize, Serialize};
 
 use super::encoder::{
-    bad_weights, check_buckets, relative_position_bias, renamed, with_prefix, Encoder, Positions, Spec,
+    bad_weights, check_buckets, renamed, with_prefix, Encoder, Positions, Spec,
 };
 use crate::error::Result;
 
@@ -91,8 +93,8 @@ const MAX_DISTANCE: usize = 128;
 
 pub struct Model {
     encoder: Encoder,
-    relative_attention_bias: Embedding,
-    buckets: usize,
+    /// The relative position bias, added to every layer's attention scores.
+    relative: RelativeBias,
     pooler: Option<(Linear, usize)>,
 }
 
@@ -100,11 +102,11 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
     check_buckets(cfg.relative_attention_num_buckets, MAX_DISTANCE)?;
     let vb = with_prefix(vb, &["", "mpnet."], "embeddings.word_embeddings.weight");
     let pooler = super::bert::load_pooler(&vb, cfg.hidden_size)?;
-    let relative_attention_bias = candle_nn::embedding(
-        cfg.relative_attention_num_buckets,
-        cfg.num_attention_heads,
-        vb.pp("encoder.relative_attention_bias"),
-    )
+    let (buckets, heads) = (cfg.relative_attention_num_buckets, cfg.num_attention_heads);
+    let relative = (|| {
+        let table = vb.pp("encoder.relative_attention_bias").get((buckets, heads), "weight")?;
+        RelativeBias::new(table.flatten_all()?.to_vec1::<f32>()?, buckets, heads, MAX_DISTANCE)
+    })()
     .map_err(bad_weights)?;
     let vb = renamed(
         &vb,
@@ -129,8 +131,7 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
     };
     Ok(Model {
         encoder: Encoder::load(vb, &spec)?,
-        relative_attention_bias,
-        buckets: cfg.relative_attention_num_buckets,
+        relative,
         pooler,
     })
 }
@@ -157,15 +158,7 @@ impl super::Config for Config {
 impl super::Model for Model {
     fn forward(&self, batch: &Batch) -> candle_core::Result<Vec<f32>> {
         let longest = batch.lengths().into_iter().max().unwrap_or(0);
-        let bias = relative_position_bias(
-            &self.relative_attention_bias,
-            longest,
-            self.buckets,
-            MAX_DISTANCE,
-            &candle_core::Device::Cpu,
-        )?
-        .flatten_all()?
-        .to_vec1::<f32>()?;
+        let bias = self.relative.values(longest);
         self.encoder.forward_with_bias(batch, Some((&bias, longest)))
     }
 
