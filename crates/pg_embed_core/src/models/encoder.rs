@@ -45,9 +45,9 @@ pub struct Spec<'a> {
 }
 
 pub struct Encoder {
-    word: Table,
-    position: Table,
-    token_type: Option<Table>,
+    word: layers::Embedding,
+    position: layers::Embedding,
+    token_type: Option<layers::Embedding>,
     /// candle's LayerNorm, not the layer library's: on the tiny ELECTRA fixture (16-wide
     /// embeddings) the layer library's rounding order lands 1.4e-4 from transformers, candle's
     /// within the 1e-4 tolerance.
@@ -55,31 +55,6 @@ pub struct Encoder {
     project: Option<layers::Linear>,
     positions: Positions,
     layers: layers::Stack,
-}
-
-/// An embedding table [rows, width], row-major, looked up on the host.
-pub struct Table {
-    values: Vec<f32>,
-    width: usize,
-}
-
-impl Table {
-    /// The `[rows, width]` tensor `name` under `vb`.
-    pub fn load(vb: &VarBuilder, rows: usize, width: usize, name: &str) -> candle_core::Result<Self> {
-        let values = vb.get((rows, width), name)?.flatten_all()?.to_vec1::<f32>()?;
-        Ok(Table { values, width })
-    }
-
-    /// Row `id`; an id beyond the table is an error, not a panic.
-    pub fn row(&self, id: u32) -> candle_core::Result<&[f32]> {
-        let start = id as usize * self.width;
-        self.values.get(start..start + self.width).ok_or_else(|| {
-            candle_core::Error::Msg(format!(
-                "index {id} is outside an embedding of {} rows",
-                self.values.len() / self.width.max(1)
-            ))
-        })
-    }
 }
 
 pub fn unsupported(what: &'static str, value: &str, supported: &'static str) -> Error {
@@ -219,12 +194,13 @@ impl Encoder {
         let activation = hidden_act(spec.hidden_act)?;
         let e = vb.pp("embeddings");
         let width = spec.embedding_size;
+        let table = |rows: usize, name: &str| layers::Embedding::from_tensor(&e.get((rows, width), name)?);
         let load = || -> candle_core::Result<Self> {
             Ok(Encoder {
-                word: Table::load(&e, spec.vocab_size, width, "word_embeddings.weight")?,
-                position: Table::load(&e, spec.max_position_embeddings, width, "position_embeddings.weight")?,
+                word: table(spec.vocab_size, "word_embeddings.weight")?,
+                position: table(spec.max_position_embeddings, "position_embeddings.weight")?,
                 token_type: (spec.type_vocab_size > 0)
-                    .then(|| Table::load(&e, spec.type_vocab_size, width, "token_type_embeddings.weight"))
+                    .then(|| table(spec.type_vocab_size, "token_type_embeddings.weight"))
                     .transpose()?,
                 norm: candle_nn::layer_norm(width, spec.layer_norm_eps, e.pp("LayerNorm"))?,
                 project: (width != spec.hidden_size)
@@ -246,14 +222,19 @@ impl Encoder {
     /// added to every layer's attention scores, the top-left block for each sequence
     /// (MPNet's relative position bias).
     pub fn forward_with_bias(&self, batch: &Batch, bias: Option<(&[f32], usize)>) -> candle_core::Result<Vec<f32>> {
-        let width = self.word.width;
-        let mut packed = Vec::with_capacity(batch.tokens() * width);
+        let width = self.word.width();
+        let lengths = batch.lengths()?;
+        // transformers' order: words + token types, then + positions.
+        let mut packed = self.word.gather(batch.ids)?;
+        if let Some(token_type) = &self.token_type {
+            token_type.add(batch.type_ids.iter().copied(), &mut packed)?;
+        }
+        let mut positions = Vec::with_capacity(batch.tokens());
         for i in 0..batch.len() {
             let mut counted = 0u32;
-            for t in batch.sequence(i) {
-                let id = batch.ids[t];
-                let position = match self.positions {
-                    Positions::Absolute => t as u32 - batch.bounds[i] as u32,
+            for (at, &id) in batch.ids[batch.sequence(i)].iter().enumerate() {
+                positions.push(match self.positions {
+                    Positions::Absolute => at as u32,
                     // transformers' create_position_ids_from_input_ids: a padding id keeps
                     // padding_idx and does not advance the count.
                     Positions::AfterPadding { padding_idx } if id == padding_idx => padding_idx,
@@ -261,21 +242,10 @@ impl Encoder {
                         counted += 1;
                         padding_idx + counted
                     }
-                };
-                // transformers' order: words + token types, then + positions.
-                let start = packed.len();
-                packed.extend_from_slice(self.word.row(id)?);
-                let x = &mut packed[start..];
-                if let Some(token_type) = &self.token_type {
-                    for (v, t) in x.iter_mut().zip(token_type.row(batch.type_ids[t])?) {
-                        *v += t;
-                    }
-                }
-                for (v, p) in x.iter_mut().zip(self.position.row(position)?) {
-                    *v += p;
-                }
+                });
             }
         }
+        self.position.add(positions, &mut packed)?;
         let tokens = packed.len() / width.max(1);
         let mut packed: Vec<f32> = self
             .norm
@@ -285,7 +255,6 @@ impl Encoder {
         if let Some(project) = &self.project {
             packed = project.apply(&packed);
         }
-        let lengths = batch.lengths();
         let bias = bias.map(|(values, size)| layers::AttentionBias { values, size });
         self.layers.forward(&mut packed, &lengths, bias.as_ref());
         Ok(packed)

@@ -53,9 +53,10 @@ impl Batch<'_> {
         self.bounds[i]..self.bounds[i + 1]
     }
 
-    /// The length of every sequence.
-    pub fn lengths(&self) -> Vec<usize> {
-        self.bounds.windows(2).map(|w| w[1] - w[0]).collect()
+    /// The length of every sequence; boundaries that do not run from 0 to the last token
+    /// are an error.
+    pub fn lengths(&self) -> candle_core::Result<Vec<usize>> {
+        crate::layers::lengths_of(self.bounds, self.ids.len())
     }
 }
 

@@ -157,7 +157,7 @@ impl super::Config for Config {
 
 impl super::Model for Model {
     fn forward(&self, batch: &Batch) -> candle_core::Result<Vec<f32>> {
-        let longest = batch.lengths().into_iter().max().unwrap_or(0);
+        let longest = batch.lengths()?.into_iter().max().unwrap_or(0);
         let bias = self.relative.values(longest);
         self.encoder.forward_with_bias(batch, Some((&bias, longest)))
     }

@@ -290,8 +290,7 @@ impl Pipeline {
                 }
                 mean.iter_mut().for_each(|m| *m /= n as f32);
                 if unit {
-                    let norm = mean.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
-                    mean.iter_mut().for_each(|m| *m /= norm);
+                    pooling::l2_normalize(std::slice::from_mut(&mut mean));
                 }
                 mean
             })
@@ -303,16 +302,9 @@ impl Pipeline {
         if encoded.is_empty() {
             return Ok(Vec::new());
         }
-        self.stats.forward_passes.fetch_add(1, Relaxed);
         let rows: Vec<(&[u32], Option<&[u32]>, usize)> =
             encoded.iter().map(|(ids, skip)| (ids.as_slice(), None, *skip)).collect();
-        let packed = Packed::of(&rows);
-        let batch = packed.batch();
-        let hidden = self.backbone.forward(&batch).map_err(Error::inference)?;
-        let pooler = if self.pooling.contains(&PoolingMode::Pooler) { self.pooler(&hidden, &batch)? } else { None };
-        let sequences = pooling::Sequences { bounds: &packed.bounds, skips: &packed.skips };
-        let pooled = pooling::pool(&hidden, self.hidden_size, sequences, &self.pooling, pooler.as_deref())
-            .map_err(Error::Inference)?;
+        let pooled = self.forward_pooled(&rows, &self.pooling)?;
         let mut out = self.apply_heads(pooled)?;
         if self.normalize {
             pooling::l2_normalize(&mut out);
@@ -325,6 +317,22 @@ impl Pipeline {
             }
         }
         Ok(out)
+    }
+
+    /// One forward pass of the backbone over `rows` (token ids, token type ids if any,
+    /// pooling skip), packed, pooled with `modes`: one row per input.
+    fn forward_pooled(
+        &self,
+        rows: &[(&[u32], Option<&[u32]>, usize)],
+        modes: &[PoolingMode],
+    ) -> Result<Vec<Vec<f32>>> {
+        self.stats.forward_passes.fetch_add(1, Relaxed);
+        let packed = Packed::of(rows);
+        let batch = packed.batch();
+        let hidden = self.backbone.forward(&batch).map_err(Error::inference)?;
+        let pooler = if modes.contains(&PoolingMode::Pooler) { self.pooler(&hidden, &batch)? } else { None };
+        let sequences = pooling::Sequences { bounds: &packed.bounds, skips: &packed.skips };
+        pooling::pool(&hidden, self.hidden_size, sequences, modes, pooler.as_deref()).map_err(Error::Inference)
     }
 
     /// The backbone's pooler output, one row per sequence.
@@ -433,15 +441,7 @@ impl Pipeline {
 
     /// One batch of encoded inputs (or pairs) through backbone and classification head.
     fn classify_encoded(&self, classifier: &Classifier, rows: &[(&[u32], Option<&[u32]>, usize)]) -> Result<Vec<Vec<f32>>> {
-        self.stats.forward_passes.fetch_add(1, Relaxed);
-        let packed = Packed::of(rows);
-        let batch = packed.batch();
-        let hidden = self.backbone.forward(&batch).map_err(Error::inference)?;
-        let mode = classifier.pooling();
-        let pooler = if mode == PoolingMode::Pooler { self.pooler(&hidden, &batch)? } else { None };
-        let sequences = pooling::Sequences { bounds: &packed.bounds, skips: &packed.skips };
-        let pooled =
-            pooling::pool(&hidden, self.hidden_size, sequences, &[mode], pooler.as_deref()).map_err(Error::Inference)?;
+        let pooled = self.forward_pooled(rows, &[classifier.pooling()])?;
         let logits = classifier.forward(&pooled.concat());
         Ok(logits.chunks(classifier.num_labels().max(1)).map(<[f32]>::to_vec).collect())
     }
