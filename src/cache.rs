@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 use crate::catalog;
-use pg_embed_core::error::{Error, Result};
 use crate::guc;
+use pg_embed_core::error::{Error, Result};
 use pg_embed_core::hub::{self, HubSource, Pin};
 use pg_embed_core::options::Options;
 use pg_embed_core::pipeline::Pipeline;
@@ -76,7 +76,8 @@ fn auto_register(name: &str) -> Result<(Rc<Pipeline>, catalog::ModelRow)> {
         Err(e) => return Err(e),
     };
     let options = serde_json::json!({});
-    let revision = catalog::upsert_as_owner(name, &source, &options, fresh.pipeline.info(), fresh.pin.as_ref())?;
+    let revision =
+        catalog::upsert_as_owner(name, &source, &options, fresh.pipeline.info(), fresh.pin.as_ref())?;
     let row = catalog::ModelRow { source, options, revision, pin: fresh.pin.clone() };
     Ok((insert(name, revision, fresh), row))
 }
@@ -108,7 +109,9 @@ pub fn load(source_name: &str, options: &Options, pin: Option<&Pin>) -> Result<F
             }
             let cache = hub::cache_dir(&guc::hf_cache())?;
             let snapshot = match hub_source.find(&cache) {
-                Err(Error::NotInHubCache { .. }) if guc::allow_download() => hub::download(&cache, &hub_source)?,
+                Err(Error::NotInHubCache { .. }) if guc::allow_download() => {
+                    hub::download(&cache, &hub_source)?
+                }
                 found => found?,
             };
             let files = match pin {

@@ -176,9 +176,11 @@ pub fn upsert_as_owner(
     pin: Option<&Pin>,
 ) -> Result<i64> {
     let user = current_user()?;
-    let owner = Spi::get_one::<pg_sys::Oid>("SELECT relowner FROM pg_catalog.pg_class WHERE oid = 'embed.models'::regclass")
-        .map_err(spi_err)?
-        .ok_or_else(|| Error::Catalog("embed.models has no owner".into()))?;
+    let owner = Spi::get_one::<pg_sys::Oid>(
+        "SELECT relowner FROM pg_catalog.pg_class WHERE oid = 'embed.models'::regclass",
+    )
+    .map_err(spi_err)?
+    .ok_or_else(|| Error::Catalog("embed.models has no owner".into()))?;
     let _owner = AsUser::switch_to(owner);
     upsert(name, source, options, info, pin, &user)
 }

@@ -5,8 +5,8 @@ use pgrx::prelude::*;
 use pgrx::JsonB;
 
 use crate::cache;
-use pg_embed_core::error::{Error, Result, SqlState};
 use crate::guc;
+use pg_embed_core::error::{Error, Result, SqlState};
 use pg_embed_core::pipeline::Pipeline;
 use pg_embed_core::threads;
 
@@ -27,6 +27,7 @@ fn sqlerrcode(state: SqlState) -> PgSqlErrorCode {
         SqlState::DataException => ERRCODE_DATA_EXCEPTION,
         SqlState::WrongObjectType => ERRCODE_WRONG_OBJECT_TYPE,
         SqlState::InternalError => ERRCODE_INTERNAL_ERROR,
+        SqlState::DatatypeMismatch => ERRCODE_DATATYPE_MISMATCH,
     }
 }
 
@@ -206,7 +207,9 @@ fn panic_for_test(place: &str) -> i32 {
             0
         })
         .or_raise(),
-        other => raise(Error::InvalidArgument { what: "place", reason: format!("unknown place \"{other}\"") }),
+        other => {
+            raise(Error::InvalidArgument { what: "place", reason: format!("unknown place \"{other}\"") })
+        }
     }
 }
 
@@ -264,7 +267,8 @@ mod embed {
         let pin = fresh.pin.clone();
         let user = catalog::current_user().or_raise();
         let revision =
-            catalog::upsert(name, source, &options_json, fresh.pipeline.info(), pin.as_ref(), &user).or_raise();
+            catalog::upsert(name, source, &options_json, fresh.pipeline.info(), pin.as_ref(), &user)
+                .or_raise();
         let pipeline = cache::insert(name, revision, fresh);
         describe(name, source, revision, pin.as_ref(), &pipeline)
     }

@@ -39,7 +39,5 @@ pub(crate) fn embed_prompt_sql(model: &str, text: &str, prompt: &str) -> Vec<f32
 }
 
 pub(crate) fn embed_sql(model: &str, text: &str) -> Vec<f32> {
-    Spi::get_one_with_args::<Vec<f32>>("SELECT embed($1, $2)", &[model.into(), text.into()])
-        .unwrap()
-        .unwrap()
+    Spi::get_one_with_args::<Vec<f32>>("SELECT embed($1, $2)", &[model.into(), text.into()]).unwrap().unwrap()
 }

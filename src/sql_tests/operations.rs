@@ -76,7 +76,8 @@ mod tests {
 
     #[pg_test(error = "input has 602 tokens, more than the model's max_length of 256")]
     fn long_input_error_refuses() {
-        Spi::run("SELECT embed.register_model('strict', 'all-MiniLM-L6-v2', '{\"long_input\": \"error\"}')").unwrap();
+        Spi::run("SELECT embed.register_model('strict', 'all-MiniLM-L6-v2', '{\"long_input\": \"error\"}')")
+            .unwrap();
         assert_eq!(embed_sql("strict", &"word ".repeat(254)).len(), 384, "254 + 2 tokens fit");
         embed_sql("strict", &"word ".repeat(600));
     }
@@ -88,12 +89,19 @@ mod tests {
         Spi::run("SELECT embed.register_model('chunky', 'all-MiniLM-L6-v2', '{\"long_input\": \"mean_of_chunks\"}')")
             .unwrap();
         register("minilm");
-        let text = (0..120).map(|i| format!("Sentence number {i} talks about databases.")).collect::<Vec<_>>().join(" ");
+        let text = (0..120)
+            .map(|i| format!("Sentence number {i} talks about databases."))
+            .collect::<Vec<_>>()
+            .join(" ");
         let chunks: Vec<String> = Spi::connect(|c| {
-            c.select("SELECT chunk FROM embed.chunk('minilm', $1, 254) ORDER BY idx", None, &[text.as_str().into()])
-                .unwrap()
-                .map(|r| r.get::<String>(1).unwrap().unwrap())
-                .collect()
+            c.select(
+                "SELECT chunk FROM embed.chunk('minilm', $1, 254) ORDER BY idx",
+                None,
+                &[text.as_str().into()],
+            )
+            .unwrap()
+            .map(|r| r.get::<String>(1).unwrap().unwrap())
+            .collect()
         });
         assert!(chunks.len() > 2, "{} chunks", chunks.len());
         let mut mean = vec![0f32; 384];
@@ -129,7 +137,11 @@ mod tests {
             rows.windows(2)
                 .map(|p| {
                     let shared: String = p[0].1.chars().skip((p[1].2 - p[0].2).max(0) as usize).collect();
-                    if p[1].2 >= p[0].3 { 0 } else { tokenizer.encode(shared.as_str(), false).unwrap().get_ids().len() }
+                    if p[1].2 >= p[0].3 {
+                        0
+                    } else {
+                        tokenizer.encode(shared.as_str(), false).unwrap().get_ids().len()
+                    }
                 })
                 .sum()
         }
@@ -162,7 +174,11 @@ mod tests {
                 covered += tokens;
             }
             let total = tokenizer.encode(text, false).unwrap().get_ids().len();
-            assert_eq!(covered - overlap_tokens(&rows, &tokenizer), total, "max {max_tokens}, overlap {overlap}");
+            assert_eq!(
+                covered - overlap_tokens(&rows, &tokenizer),
+                total,
+                "max {max_tokens}, overlap {overlap}"
+            );
             for pair in rows.windows(2) {
                 let (prev_end, next_start) = (pair[0].3, pair[1].2);
                 if overlap == 0 {
@@ -195,7 +211,8 @@ mod tests {
         Spi::run("SET ROLE embed_test_admin").unwrap();
         register("by_admin");
         assert_eq!(
-            Spi::get_one::<String>("SELECT registered_by::text FROM embed.models WHERE name = 'by_admin'").unwrap(),
+            Spi::get_one::<String>("SELECT registered_by::text FROM embed.models WHERE name = 'by_admin'")
+                .unwrap(),
             Some("embed_test_admin".into())
         );
         assert_eq!(embed_sql("by_admin", "hi").len(), 384);
@@ -270,7 +287,10 @@ mod tests {
         assert_eq!(info["resolved_revision"], COMMIT_B);
         assert_eq!(info["pooling"], serde_json::json!(["cls"]));
         let files = info["file_sha256"].as_object().unwrap();
-        assert!(files.contains_key("model.safetensors") && files.contains_key("1_Pooling/config.json"), "{files:?}");
+        assert!(
+            files.contains_key("model.safetensors") && files.contains_key("1_Pooling/config.json"),
+            "{files:?}"
+        );
         let tagged = register_with("hub_v1", "hf:org/tiny@v1", "{}");
         assert_eq!(tagged["resolved_revision"], COMMIT_A);
         let by_commit = register_with("hub_a", &format!("hf:org/tiny@{COMMIT_A}"), "{}");
@@ -306,12 +326,17 @@ mod tests {
         let err = sql_error("SELECT embed('hub_t', 'x')");
         let file = weights.display();
         assert!(
-            err.starts_with(&format!("XX001: model file \"{file}\" does not match its registration: sha256 ")),
+            err.starts_with(&format!(
+                "XX001: model file \"{file}\" does not match its registration: sha256 "
+            )),
             "{err}"
         );
         assert_eq!(
             sql_error("SELECT embed.register_model('x', 'hf:org/absent')"),
-            format!("58P01: \"org/absent\" at revision \"main\" is not in the Hugging Face cache \"{}\"", cache.display())
+            format!(
+                "58P01: \"org/absent\" at revision \"main\" is not in the Hugging Face cache \"{}\"",
+                cache.display()
+            )
         );
         for bad in ["hf:../etc", "hf:org/../../x", "hf:/etc/passwd", "hf:org/x@../../refs", "hf:org/x/y"] {
             let err = sql_error(&format!("SELECT embed.register_model('x', '{bad}')"));
@@ -327,9 +352,8 @@ mod tests {
         fake_hub("auto");
         Spi::run("CREATE ROLE embed_test_auto").unwrap();
         Spi::run("SET ROLE embed_test_auto").unwrap();
-        let missing = Spi::get_one::<bool>(
-            "SELECT NOT EXISTS (SELECT FROM embed.models WHERE name = 'org/tiny')",
-        );
+        let missing =
+            Spi::get_one::<bool>("SELECT NOT EXISTS (SELECT FROM embed.models WHERE name = 'org/tiny')");
         assert_eq!(missing.unwrap(), Some(true));
         Spi::run("RESET ROLE").unwrap();
         Spi::run("SET LOCAL pg_embed.auto_register = on").unwrap();
@@ -405,9 +429,11 @@ mod tests {
                                                FROM generate_series(1, 100000) AS i)) WITH ORDINALITY AS t(e, i)",
         )
         .unwrap();
-        let (rows, nulls) = Spi::get_two::<i64, i64>("SELECT count(*), count(*) FILTER (WHERE e IS NULL) FROM big").unwrap();
+        let (rows, nulls) =
+            Spi::get_two::<i64, i64>("SELECT count(*), count(*) FILTER (WHERE e IS NULL) FROM big").unwrap();
         assert_eq!((rows, nulls), (Some(100_000), Some(100)));
-        let misplaced_nulls = Spi::get_one::<i64>("SELECT count(*) FROM big WHERE (e IS NULL) <> (i % 1000 = 0)").unwrap();
+        let misplaced_nulls =
+            Spi::get_one::<i64>("SELECT count(*) FROM big WHERE (e IS NULL) <> (i % 1000 = 0)").unwrap();
         assert_eq!(misplaced_nulls, Some(0), "NULL rows exactly where the inputs are NULL");
         // Every row (sampled every 997th) equals the single call for its text within 1e-5.
         let worst = Spi::get_one::<f32>(
@@ -436,7 +462,13 @@ mod tests {
         let copy = |name: &str, edit: &dyn Fn(&std::path::Path)| {
             let dir = models.join(name);
             fs::create_dir_all(dir.join("1_Pooling")).unwrap();
-            for f in ["config.json", "modules.json", "sentence_bert_config.json", "tokenizer.json", "1_Pooling/config.json"] {
+            for f in [
+                "config.json",
+                "modules.json",
+                "sentence_bert_config.json",
+                "tokenizer.json",
+                "1_Pooling/config.json",
+            ] {
                 fs::copy(fixture.join(f), dir.join(f)).unwrap();
             }
             fs::write(dir.join("model.safetensors"), &weights).unwrap();
@@ -451,16 +483,21 @@ mod tests {
         };
         let config_edit = |key: &'static str, value: serde_json::Value| {
             move |d: &std::path::Path| {
-                let mut cfg: serde_json::Value = serde_json::from_slice(&fs::read(d.join("config.json")).unwrap()).unwrap();
+                let mut cfg: serde_json::Value =
+                    serde_json::from_slice(&fs::read(d.join("config.json")).unwrap()).unwrap();
                 cfg[key] = value.clone();
                 fs::write(d.join("config.json"), cfg.to_string()).unwrap();
             }
         };
         copy("intact", &|_| {});
-        copy("truncated_weights", &|d| fs::write(d.join("model.safetensors"), &weights[..weights.len() / 2]).unwrap());
+        copy("truncated_weights", &|d| {
+            fs::write(d.join("model.safetensors"), &weights[..weights.len() / 2]).unwrap()
+        });
         copy("garbage_weights", &|d| fs::write(d.join("model.safetensors"), vec![0xA5u8; 4096]).unwrap());
         copy("lying_header", &|d| fs::write(d.join("model.safetensors"), &lying_header).unwrap());
-        copy("huge_header_length", &|d| fs::write(d.join("model.safetensors"), u64::MAX.to_le_bytes()).unwrap());
+        copy("huge_header_length", &|d| {
+            fs::write(d.join("model.safetensors"), u64::MAX.to_le_bytes()).unwrap()
+        });
         copy("shape_mismatch", &config_edit("intermediate_size", 48.into()));
         copy("no_tokenizer", &|d| fs::remove_file(d.join("tokenizer.json")).unwrap());
         copy("bad_tokenizer", &|d| fs::write(d.join("tokenizer.json"), "{\"model\": 7}").unwrap());
@@ -498,7 +535,10 @@ mod tests {
             let err = sql_error(&format!("SELECT embed.register_model('broken', '{source}')"));
             assert!(err.starts_with(&expected), "{source}: {err}");
         }
-        assert_eq!(Spi::get_one::<i64>("SELECT count(*) FROM embed.models WHERE name = 'broken'").unwrap(), Some(0));
+        assert_eq!(
+            Spi::get_one::<i64>("SELECT count(*) FROM embed.models WHERE name = 'broken'").unwrap(),
+            Some(0)
+        );
         assert_eq!(embed_sql("intact", "still here"), before, "the session goes on");
         let _ = fs::remove_dir_all(&base);
     }
@@ -508,8 +548,10 @@ mod tests {
     fn a_10_mb_input() {
         use_fixtures();
         register_with("tiny", "pool_mean", "{}");
-        let long = Spi::get_one::<Vec<f32>>("SELECT embed('tiny', repeat('word é🎉 ', 1000000))").unwrap().unwrap();
-        let short = Spi::get_one::<Vec<f32>>("SELECT embed('tiny', repeat('word é🎉 ', 1000))").unwrap().unwrap();
+        let long =
+            Spi::get_one::<Vec<f32>>("SELECT embed('tiny', repeat('word é🎉 ', 1000000))").unwrap().unwrap();
+        let short =
+            Spi::get_one::<Vec<f32>>("SELECT embed('tiny', repeat('word é🎉 ', 1000))").unwrap().unwrap();
         assert_eq!(long, short, "only the first max_length tokens count");
     }
 }

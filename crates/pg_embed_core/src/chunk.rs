@@ -31,7 +31,8 @@ pub fn split(text: &str, offsets: &[(usize, usize)], max_tokens: usize, overlap:
         let end = if longest == n { n } else { best_end(text, offsets, start, longest, max_tokens) };
         chunks.push(Chunk {
             tokens: start..end,
-            bytes: char_floor(text, offsets[start].0)..char_ceil(text, offsets[end - 1].1.max(offsets[start].0)),
+            bytes: char_floor(text, offsets[start].0)
+                ..char_ceil(text, offsets[end - 1].1.max(offsets[start].0)),
         });
         if end == n {
             break;
@@ -42,7 +43,13 @@ pub fn split(text: &str, offsets: &[(usize, usize)], max_tokens: usize, overlap:
 }
 
 /// The end (exclusive token index) of a chunk that starts at `start` and may run to `longest`.
-fn best_end(text: &str, offsets: &[(usize, usize)], start: usize, longest: usize, max_tokens: usize) -> usize {
+fn best_end(
+    text: &str,
+    offsets: &[(usize, usize)],
+    start: usize,
+    longest: usize,
+    max_tokens: usize,
+) -> usize {
     let earliest = start + (max_tokens / 2).max(1);
     let candidates = || (earliest..=longest).rev();
     candidates()
@@ -64,7 +71,8 @@ fn next_start(text: &str, offsets: &[(usize, usize)], start: usize, end: usize, 
 /// Whether text between tokens `i - 1` and `i` contains whitespace (a cut there splits no word).
 fn word_gap(text: &str, offsets: &[(usize, usize)], i: usize) -> bool {
     let (prev_end, next_start) = (offsets[i - 1].1, offsets[i].0);
-    prev_end < next_start && text.get(prev_end..next_start).is_some_and(|g| g.chars().any(char::is_whitespace))
+    prev_end < next_start
+        && text.get(prev_end..next_start).is_some_and(|g| g.chars().any(char::is_whitespace))
 }
 
 /// Whether a cut before token `i` ends a sentence: token `i - 1` ends with sentence-ending

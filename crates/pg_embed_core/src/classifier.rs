@@ -64,18 +64,24 @@ const HEADS: &[HeadRow] = &[
     HeadRow {
         architecture: "RobertaForSequenceClassification",
         model_types: &["roberta"],
-        layout: |_| Ok((Pool::First, Some(("classifier.dense", Activation::Tanh)), None, "classifier.out_proj")),
+        layout: |_| {
+            Ok((Pool::First, Some(("classifier.dense", Activation::Tanh)), None, "classifier.out_proj"))
+        },
     },
     HeadRow {
         architecture: "XLMRobertaForSequenceClassification",
         model_types: &["xlm-roberta"],
-        layout: |_| Ok((Pool::First, Some(("classifier.dense", Activation::Tanh)), None, "classifier.out_proj")),
+        layout: |_| {
+            Ok((Pool::First, Some(("classifier.dense", Activation::Tanh)), None, "classifier.out_proj"))
+        },
     },
     // ELECTRA: dense, GELU, out_proj on [CLS].
     HeadRow {
         architecture: "ElectraForSequenceClassification",
         model_types: &["electra"],
-        layout: |_| Ok((Pool::First, Some(("classifier.dense", Activation::Gelu)), None, "classifier.out_proj")),
+        layout: |_| {
+            Ok((Pool::First, Some(("classifier.dense", Activation::Gelu)), None, "classifier.out_proj"))
+        },
     },
     // DistilBERT: pre_classifier, ReLU, classifier on [CLS].
     HeadRow {
@@ -84,6 +90,12 @@ const HEADS: &[HeadRow] = &[
         layout: |_| Ok((Pool::First, Some(("pre_classifier", Activation::Relu)), None, "classifier")),
     },
     // DeBERTa-v2: the ContextPooler (dense and its activation on [CLS]), classifier.
+    // ViT: the classifier on the final-layernormed [CLS].
+    HeadRow {
+        architecture: "ViTForImageClassification",
+        model_types: &["vit"],
+        layout: |_| Ok((Pool::First, None, None, "classifier")),
+    },
     HeadRow {
         architecture: "DebertaV2ForSequenceClassification",
         model_types: &["deberta-v2"],
@@ -109,7 +121,8 @@ const HEADS: &[HeadRow] = &[
                     })
                 }
             };
-            let activation = act("classifier_activation", c.classifier_activation.as_deref().unwrap_or("gelu"))?;
+            let activation =
+                act("classifier_activation", c.classifier_activation.as_deref().unwrap_or("gelu"))?;
             let norm = ("head.norm", c.norm_eps.unwrap_or(1e-5), c.norm_bias.unwrap_or(false));
             Ok((pool, Some(("head.dense", activation)), Some(norm), "classifier"))
         },
@@ -125,7 +138,10 @@ pub struct CrossEncoderConfig {
 impl HeadConfig {
     /// The `*ForSequenceClassification` architecture the checkpoint was saved as, if any.
     pub fn classification_architecture(&self) -> Option<&str> {
-        self.architectures.iter().map(String::as_str).find(|a| a.ends_with("ForSequenceClassification"))
+        self.architectures
+            .iter()
+            .map(String::as_str)
+            .find(|a| a.ends_with("ForSequenceClassification") || a.ends_with("ForImageClassification"))
     }
 }
 
@@ -143,7 +159,7 @@ pub enum Problem {
 
 pub const SUPPORTED: &str = "BertForSequenceClassification, DebertaV2ForSequenceClassification, \
 DistilBertForSequenceClassification, ElectraForSequenceClassification, ModernBertForSequenceClassification, \
-RobertaForSequenceClassification, XLMRobertaForSequenceClassification";
+RobertaForSequenceClassification, ViTForImageClassification, XLMRobertaForSequenceClassification";
 
 /// Which token states a head reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -229,8 +245,9 @@ impl Classifier {
             .map(|(name, activation)| -> candle_core::Result<_> {
                 let layer = linear(vb, name, hidden)?;
                 let width = layer.outputs();
-                let norm =
-                    norm.map(|(name, eps, bias)| crate::weights::layer_norm(&vb.pp(name), width, eps, bias)).transpose()?;
+                let norm = norm
+                    .map(|(name, eps, bias)| crate::weights::layer_norm(&vb.pp(name), width, eps, bias))
+                    .transpose()?;
                 Ok((layer, activation, norm))
             })
             .transpose()

@@ -36,6 +36,8 @@ pub enum SqlState {
     WrongObjectType,
     /// XX000 internal_error
     InternalError,
+    /// 42804 datatype_mismatch
+    DatatypeMismatch,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -121,6 +123,12 @@ pub enum Error {
     #[error("could not download \"{repo}\" from the Hugging Face hub: {message}")]
     HubDownload { repo: String, message: String },
 
+    #[error("this model takes {model}, not {call}")]
+    WrongModality { model: &'static str, call: &'static str },
+
+    #[error("empty image")]
+    EmptyImage,
+
     #[error("model file \"{}\" does not match its registration: sha256 {actual}, registered {expected}", path.display())]
     ChecksumMismatch { path: PathBuf, expected: String, actual: String },
 }
@@ -139,9 +147,7 @@ impl Error {
             | InvalidOptions(_)
             | InvalidSource { .. }
             | UnknownPrompt { .. }
-            | InvalidArgument { .. } => {
-                SqlState::InvalidParameterValue
-            }
+            | InvalidArgument { .. } => SqlState::InvalidParameterValue,
             ModelDirInvalid { .. } => SqlState::UndefinedFile,
             PermissionDenied { .. } | SourceOutsideModelDir { .. } => SqlState::InsufficientPrivilege,
             ModelDirNotSet => SqlState::ObjectNotInPrerequisiteState,
@@ -153,6 +159,8 @@ impl Error {
             WrongTask { .. } | NotACrossEncoder { .. } => SqlState::WrongObjectType,
             NullArgument { .. } | NullElement { .. } => SqlState::NullValueNotAllowed,
             Inference(_) | Catalog(_) => SqlState::InternalError,
+            WrongModality { .. } => SqlState::DatatypeMismatch,
+            EmptyImage => SqlState::DataException,
         }
     }
 

@@ -67,7 +67,9 @@ impl HubSource {
             && revision.split('/').all(valid_segment)
             && revision.chars().all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c));
         if !revision_ok {
-            return Some(Err(invalid(format!("\"{revision}\" is not a valid revision (a branch, tag or commit)"))));
+            return Some(Err(invalid(format!(
+                "\"{revision}\" is not a valid revision (a branch, tag or commit)"
+            ))));
         }
         Some(Ok(HubSource { repo: repo.into(), revision: revision.into() }))
     }
@@ -79,7 +81,8 @@ impl HubSource {
             revision: self.revision.clone(),
             cache: cache.to_path_buf(),
         };
-        let folder = Repo::with_revision(self.repo.clone(), RepoType::Model, self.revision.clone()).folder_name();
+        let folder =
+            Repo::with_revision(self.repo.clone(), RepoType::Model, self.revision.clone()).folder_name();
         let repo_dir = cache.join(folder);
         let commit = if is_commit(&self.revision) {
             self.revision.clone()
@@ -99,7 +102,10 @@ impl HubSource {
         let repo_dir = repo_dir.canonicalize().map_err(|e| Error::io(&repo_dir, e))?;
         let dir = dir.canonicalize().map_err(|e| Error::io(&dir, e))?;
         if !dir.starts_with(&repo_dir) {
-            return Err(Error::SourceOutsideModelDir { what: "hub snapshot", source_name: dir.display().to_string() });
+            return Err(Error::SourceOutsideModelDir {
+                what: "hub snapshot",
+                source_name: dir.display().to_string(),
+            });
         }
         Ok(Snapshot { repo_dir, dir, commit })
     }
@@ -111,7 +117,10 @@ fn wanted(file: &str) -> bool {
     let name = file.rsplit('/').next().unwrap_or(file);
     let top = file.split('/').next().unwrap_or(file);
     !["onnx", "openvino", "coreml", "tf", "flax"].contains(&top)
-        && (name.ends_with(".json") || name.ends_with(".safetensors") || name.ends_with(".txt") || name.ends_with(".model"))
+        && (name.ends_with(".json")
+            || name.ends_with(".safetensors")
+            || name.ends_with(".txt")
+            || name.ends_with(".model"))
 }
 
 /// Downloads the files of `source` that pg_embed reads into `cache` (pg_embed.allow_download;
@@ -181,13 +190,21 @@ pub fn verify(root: &Path, dir: &Path, expected: &BTreeMap<String, String>) -> R
         match actual.get(name) {
             None => return Err(Error::MissingFile { path: dir.join(name) }),
             Some(got) if got != want => {
-                return Err(Error::ChecksumMismatch { path: dir.join(name), expected: want.clone(), actual: got.clone() })
+                return Err(Error::ChecksumMismatch {
+                    path: dir.join(name),
+                    expected: want.clone(),
+                    actual: got.clone(),
+                })
             }
             Some(_) => {}
         }
     }
     if let Some((name, got)) = actual.iter().find(|(name, _)| !expected.contains_key(*name)) {
-        return Err(Error::ChecksumMismatch { path: dir.join(name), expected: "none (not registered)".into(), actual: got.clone() });
+        return Err(Error::ChecksumMismatch {
+            path: dir.join(name),
+            expected: "none (not registered)".into(),
+            actual: got.clone(),
+        });
     }
     Ok(())
 }
@@ -235,7 +252,9 @@ mod tests {
     /// A hub endpoint on localhost serving `files` of `org/tiny` at COMMIT, as the hub's HTTP
     /// API answers hf-hub (repo info; ranged file reads with etag and x-repo-commit
     /// headers). Returns its URL and the paths it was asked for.
-    fn fake_endpoint(files: Vec<(String, Vec<u8>)>) -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    fn fake_endpoint(
+        files: Vec<(String, Vec<u8>)>,
+    ) -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
         use std::io::{BufRead, BufReader, Write};
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
@@ -260,7 +279,8 @@ mod tests {
                 let path = request.split_whitespace().nth(1).unwrap_or("").to_string();
                 log.lock().unwrap().push(path.clone());
                 let (status, headers, body) = if path == "/api/models/org/tiny/revision/main" {
-                    let siblings: Vec<_> = files.iter().map(|(f, _)| serde_json::json!({"rfilename": f})).collect();
+                    let siblings: Vec<_> =
+                        files.iter().map(|(f, _)| serde_json::json!({"rfilename": f})).collect();
                     let info = serde_json::json!({"sha": COMMIT, "siblings": siblings});
                     ("200 OK", String::new(), info.to_string().into_bytes())
                 } else if let Some((_, bytes)) =
@@ -307,7 +327,10 @@ mod tests {
         std::env::remove_var("HF_ENDPOINT");
         assert_eq!(snap.commit, COMMIT);
         let sums = digests(&snap.repo_dir, &snap.dir).unwrap();
-        assert_eq!(sums.keys().collect::<Vec<_>>(), ["1_Pooling/config.json", "config.json", "model.safetensors"]);
+        assert_eq!(
+            sums.keys().collect::<Vec<_>>(),
+            ["1_Pooling/config.json", "config.json", "model.safetensors"]
+        );
         for (name, bytes) in &files[..3] {
             assert_eq!(fs::read(snap.dir.join(name)).unwrap(), *bytes, "{name}");
         }
@@ -322,7 +345,9 @@ mod tests {
         for f in ["config.json", "model.safetensors", "1_Pooling/config.json", "vocab.txt", "spiece.model"] {
             assert!(wanted(f), "{f}");
         }
-        for f in ["pytorch_model.bin", "modeling_custom.py", "onnx/model.onnx", "onnx/config.json", "tf_model.h5"] {
+        for f in
+            ["pytorch_model.bin", "modeling_custom.py", "onnx/model.onnx", "onnx/config.json", "tf_model.h5"]
+        {
             assert!(!wanted(f), "{f}");
         }
     }
@@ -331,11 +356,25 @@ mod tests {
     fn parses_sources() {
         let p = |s: &str| HubSource::parse(s);
         assert!(p("all-MiniLM-L6-v2").is_none());
-        assert_eq!(p("hf:org/m").unwrap().unwrap(), HubSource { repo: "org/m".into(), revision: "main".into() });
+        assert_eq!(
+            p("hf:org/m").unwrap().unwrap(),
+            HubSource { repo: "org/m".into(), revision: "main".into() }
+        );
         assert_eq!(p("hf:m@v1.0").unwrap().unwrap().revision, "v1.0");
         assert_eq!(p("hf:org/m@refs/pr/1").unwrap().unwrap().revision, "refs/pr/1");
-        for bad in ["hf:", "hf:../x", "hf:org/../x", "hf:/etc/passwd", "hf:a/b/c", "hf:org/m@", "hf:org/m@../../x",
-                    "hf:org/.hidden", "hf:org/m@a b", "hf:org\\m", "hf:org/m@/abs"] {
+        for bad in [
+            "hf:",
+            "hf:../x",
+            "hf:org/../x",
+            "hf:/etc/passwd",
+            "hf:a/b/c",
+            "hf:org/m@",
+            "hf:org/m@../../x",
+            "hf:org/.hidden",
+            "hf:org/m@a b",
+            "hf:org\\m",
+            "hf:org/m@/abs",
+        ] {
             assert!(matches!(p(bad), Some(Err(Error::InvalidSource { .. }))), "{bad}");
         }
     }
@@ -349,7 +388,9 @@ mod tests {
         assert!(main.dir.ends_with(format!("snapshots/{COMMIT}")));
         assert_eq!(find("hf:org/tiny@v1").unwrap().commit, COMMIT);
         assert_eq!(find(&format!("hf:org/tiny@{COMMIT}")).unwrap().dir, main.dir);
-        for absent in ["hf:org/other", "hf:org/tiny@v2", "hf:org/tiny@1111111111111111111111111111111111111111"] {
+        for absent in
+            ["hf:org/other", "hf:org/tiny@v2", "hf:org/tiny@1111111111111111111111111111111111111111"]
+        {
             assert!(matches!(find(absent), Err(Error::NotInHubCache { .. })), "{absent}");
         }
         fs::write(cache.join("models--org--tiny/refs/bad"), "not-a-commit").unwrap();

@@ -154,9 +154,11 @@ mod tests {
             Options::from_json(&json!({"pooling": "max"})).unwrap().pooling.unwrap().to_vec(),
             vec!["max"]
         );
-        for (text, mode) in
-            [("truncate", LongInput::Truncate), ("error", LongInput::Error), ("mean_of_chunks", LongInput::MeanOfChunks)]
-        {
+        for (text, mode) in [
+            ("truncate", LongInput::Truncate),
+            ("error", LongInput::Error),
+            ("mean_of_chunks", LongInput::MeanOfChunks),
+        ] {
             assert_eq!(Options::from_json(&json!({"long_input": text})).unwrap().long_input, Some(mode));
         }
     }

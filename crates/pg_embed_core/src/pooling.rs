@@ -44,11 +44,14 @@ impl PoolingMode {
 
 /// The sequences of a packed batch as pooling sees them: sequence `i` is tokens
 /// `bounds[i]..bounds[i + 1]` of the hidden states, and its first `skips[i]` tokens (an
-/// excluded prompt) do not count.
+/// excluded prompt) do not count. After them, `summary` tokens (an image model's [CLS]
+/// where it is trained to be pooled apart from the patches, as DINOv2's) are what `cls`
+/// reads and what the other modes leave out.
 #[derive(Debug, Clone, Copy)]
 pub struct Sequences<'a> {
     pub bounds: &'a [usize],
     pub skips: &'a [usize],
+    pub summary: usize,
 }
 
 /// Pools `hidden` [tokens, width] (a packed batch) into one row per sequence of
@@ -68,7 +71,8 @@ pub fn pool(
     for i in 0..count {
         let (start, end) = (sequences.bounds[i], sequences.bounds[i + 1]);
         let skip = sequences.skips.get(i).copied().unwrap_or(0).min(end - start);
-        let counted = start + skip..end;
+        let first = start + skip;
+        let counted = (first + sequences.summary).min(end)..end;
         let n = counted.len() as f32;
         let mut row = Vec::with_capacity(width * modes.len());
         // The sum over counted tokens, shared by mean and mean_sqrt_len_tokens.
@@ -83,13 +87,15 @@ pub fn pool(
             match mode {
                 // The first counted token; the first token when none counts (argmax of an
                 // all-zero mask is 0, as in sentence-transformers).
-                PoolingMode::Cls if !counted.is_empty() => row.extend_from_slice(token(counted.start)),
+                PoolingMode::Cls if first < end => row.extend_from_slice(token(first)),
                 PoolingMode::Cls if end > start => row.extend_from_slice(token(start)),
                 PoolingMode::Lasttoken if !counted.is_empty() => row.extend_from_slice(token(end - 1)),
                 // No token: zeros, as sentence-transformers' gather over the masked states gives.
                 PoolingMode::Cls | PoolingMode::Lasttoken => row.extend(std::iter::repeat_n(0f32, width)),
                 PoolingMode::Mean => row.extend(sum().into_iter().map(|s| s / n.max(1e-9))),
-                PoolingMode::MeanSqrtLenTokens => row.extend(sum().into_iter().map(|s| s / n.max(1e-9).sqrt())),
+                PoolingMode::MeanSqrtLenTokens => {
+                    row.extend(sum().into_iter().map(|s| s / n.max(1e-9).sqrt()))
+                }
                 PoolingMode::Weightedmean => {
                     // Weights 1, 2, 3, ... from the start of the sequence, prompt included.
                     let mut sum = vec![0f32; width];
@@ -136,7 +142,7 @@ mod tests {
     const BOUNDS: [usize; 3] = [0, 3, 5];
 
     fn run(modes: &[PoolingMode]) -> Vec<Vec<f32>> {
-        pool(&HIDDEN, 2, Sequences { bounds: &BOUNDS, skips: &[0, 0] }, modes, None).unwrap()
+        pool(&HIDDEN, 2, Sequences { bounds: &BOUNDS, skips: &[0, 0], summary: 0 }, modes, None).unwrap()
     }
 
     #[test]
@@ -165,7 +171,7 @@ mod tests {
         let got = pool(
             &HIDDEN,
             2,
-            Sequences { bounds: &BOUNDS, skips: &[1, 2] },
+            Sequences { bounds: &BOUNDS, skips: &[1, 2], summary: 0 },
             &[PoolingMode::Cls, PoolingMode::Lasttoken],
             None,
         )
@@ -182,8 +188,9 @@ mod tests {
     #[test]
     fn pooler_output_is_passed_through() {
         let pooled = vec![vec![7f32, 8.], vec![9., 10.]];
-        let sequences = Sequences { bounds: &BOUNDS, skips: &[0, 0] };
-        let got = pool(&HIDDEN, 2, sequences, &[PoolingMode::Cls, PoolingMode::Pooler], Some(&pooled)).unwrap();
+        let sequences = Sequences { bounds: &BOUNDS, skips: &[0, 0], summary: 0 };
+        let got =
+            pool(&HIDDEN, 2, sequences, &[PoolingMode::Cls, PoolingMode::Pooler], Some(&pooled)).unwrap();
         assert_eq!(got, vec![vec![1., 2., 7., 8.], vec![-1., 1., 9., 10.]]);
         assert!(pool(&HIDDEN, 2, sequences, &[PoolingMode::Pooler], None).is_err());
     }

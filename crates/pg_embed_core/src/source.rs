@@ -160,9 +160,13 @@ mod tests {
         }
         assert!(matches!(resolve(dir, "nope").unwrap_err(), Error::SourceNotFound { .. }));
         // Files and folders inside a model folder that link outside model_dir.
-        for (bad, named) in [("leaky_file", "leaky_file/tokenizer.json"), ("leaky_dir", "leaky_dir/1_Pooling")] {
+        for (bad, named) in
+            [("leaky_file", "leaky_file/tokenizer.json"), ("leaky_dir", "leaky_dir/1_Pooling")]
+        {
             match resolve(dir, bad).unwrap_err() {
-                Error::SourceOutsideModelDir { what: "model file", source_name } => assert_eq!(source_name, named),
+                Error::SourceOutsideModelDir { what: "model file", source_name } => {
+                    assert_eq!(source_name, named)
+                }
                 err => panic!("{bad}: {err}"),
             }
         }

@@ -35,13 +35,15 @@ fn safetensors_f32_bytes(path: &Path) -> Result<u64> {
     }
     let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
     let mut len = [0u8; 8];
-    file.read_exact(&mut len).map_err(|e| Error::invalid_file(path, format!("no safetensors header: {e}")))?;
+    file.read_exact(&mut len)
+        .map_err(|e| Error::invalid_file(path, format!("no safetensors header: {e}")))?;
     let len = u64::from_le_bytes(len);
     if len > MAX_HEADER {
         return Err(Error::invalid_file(path, format!("safetensors header length {len} is not plausible")));
     }
     let mut header = vec![0u8; len as usize];
-    file.read_exact(&mut header).map_err(|e| Error::invalid_file(path, format!("truncated safetensors header: {e}")))?;
+    file.read_exact(&mut header)
+        .map_err(|e| Error::invalid_file(path, format!("truncated safetensors header: {e}")))?;
     let mut tensors: HashMap<String, serde_json::Value> =
         serde_json::from_slice(&header).map_err(|e| Error::invalid_file(path, e))?;
     tensors.remove("__metadata__");
@@ -50,9 +52,10 @@ fn safetensors_f32_bytes(path: &Path) -> Result<u64> {
         let entry: Entry =
             serde_json::from_value(value).map_err(|e| Error::invalid_file(path, format!("{name}: {e}")))?;
         let elements = entry.shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d));
-        total = elements.and_then(|n| n.checked_mul(4)).and_then(|b| total.checked_add(b)).ok_or_else(|| {
-            Error::invalid_file(path, format!("{name}: shape {:?} overflows", entry.shape))
-        })?;
+        total = elements
+            .and_then(|n| n.checked_mul(4))
+            .and_then(|b| total.checked_add(b))
+            .ok_or_else(|| Error::invalid_file(path, format!("{name}: shape {:?} overflows", entry.shape)))?;
     }
     Ok(total)
 }
@@ -93,7 +96,12 @@ pub fn torch_parts(
 }
 
 /// A torch `Linear` under `vb` as a layer of the library (see [`torch_parts`]).
-pub fn torch_linear(vb: &VarBuilder, outputs: usize, inputs: usize, bias: bool) -> candle_core::Result<Linear> {
+pub fn torch_linear(
+    vb: &VarBuilder,
+    outputs: usize,
+    inputs: usize,
+    bias: bool,
+) -> candle_core::Result<Linear> {
     let (weight, bias) = torch_parts(vb, outputs, inputs, bias)?;
     Linear::from_torch(weight, bias, outputs, inputs)
 }
@@ -116,7 +124,8 @@ pub fn layer_norm(vb: &VarBuilder, width: usize, eps: f64, bias: bool) -> candle
 mod tests {
     #[test]
     fn weight_bytes_read_from_headers() {
-        let dir = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).join("models/all-MiniLM-L6-v2");
+        let dir = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+            .join("models/all-MiniLM-L6-v2");
         let bytes = super::weight_bytes(&dir).unwrap();
         // 22,713,216 parameters of the backbone (as transformers counts them) plus the
         // position ids buffer stored in this checkpoint, 4 bytes each.

@@ -80,8 +80,7 @@ fn unimplemented_settings_are_named() {
 #[test]
 fn hidden_states_and_pooled_outputs_match_transformers() {
     let path = root().join("tests/fixtures/backbones/golden.json");
-    let g: Golden =
-        serde_json::from_slice(&std::fs::read(&path).unwrap()).expect("backbone golden parses");
+    let g: Golden = serde_json::from_slice(&std::fs::read(&path).unwrap()).expect("backbone golden parses");
     let mut table = Vec::new();
     for (name, fx) in &g.fixtures {
         let options = match fx.pooled_by.as_str() {
@@ -124,10 +123,7 @@ fn hidden_states_and_pooled_outputs_match_transformers() {
             let pooled = p.embed(&[c.text.as_str()]).unwrap().remove(0);
             let cos = cosine(&pooled, want_pooled);
             let d = max_abs_diff(&pooled, want_pooled);
-            assert!(
-                cos >= COSINE_MIN && d <= HIDDEN_TOL,
-                "{what}: pooled cosine {cos}, max abs diff {d}"
-            );
+            assert!(cos >= COSINE_MIN && d <= HIDDEN_TOL, "{what}: pooled cosine {cos}, max abs diff {d}");
             pooled_worst = pooled_worst.max(d);
             let d = max_abs_diff(pooled_in_batch, &pooled);
             assert!(d <= HIDDEN_TOL, "{what}: pooled in a batch {d}");

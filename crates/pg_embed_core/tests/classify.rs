@@ -45,10 +45,7 @@ fn golden() -> Golden {
 }
 
 fn load(name: &str, options: serde_json::Value) -> pg_embed_core::error::Result<Pipeline> {
-    Pipeline::load(
-        &root().join("tests/fixtures/classify").join(name),
-        &Options::from_json(&options).unwrap(),
-    )
+    Pipeline::load(&root().join("tests/fixtures/classify").join(name), &Options::from_json(&options).unwrap())
 }
 
 /// Every fixture, in name order.
@@ -115,16 +112,8 @@ fn labels_problem_types_and_scores() {
     use pg_embed_core::classifier::Problem;
     let g = golden();
     let expect = [
-        (
-            "bert_single_label",
-            Problem::SingleLabelClassification,
-            vec!["negative", "neutral", "positive"],
-        ),
-        (
-            "bert_multi_label",
-            Problem::MultiLabelClassification,
-            vec!["sports", "politics", "science", "art"],
-        ),
+        ("bert_single_label", Problem::SingleLabelClassification, vec!["negative", "neutral", "positive"]),
+        ("bert_multi_label", Problem::MultiLabelClassification, vec!["sports", "politics", "science", "art"]),
         ("bert_default_labels", Problem::SingleLabelClassification, vec!["LABEL_0", "LABEL_1"]),
         ("bert_cross_encoder", Problem::Regression, vec!["LABEL_0"]),
         ("electra_multi_label", Problem::MultiLabelClassification, vec!["joy", "anger", "fear"]),
@@ -139,10 +128,7 @@ fn labels_problem_types_and_scores() {
     for (name, problem, labels) in expect {
         let p = load(name, serde_json::json!({})).unwrap();
         let c = p.classifier().unwrap();
-        assert_eq!(
-            (c.problem, c.labels.clone()),
-            (problem, labels.iter().map(|s| s.to_string()).collect())
-        );
+        assert_eq!((c.problem, c.labels.clone()), (problem, labels.iter().map(|s| s.to_string()).collect()));
         let want_labels: Vec<String> = g.fixtures[name].config["id2label"]
             .as_object()
             .unwrap()
@@ -172,8 +158,7 @@ fn labels_problem_types_and_scores() {
 #[test]
 fn rerank_scores_match_cross_encoder_predict() {
     let g = golden();
-    let with_rerank: Vec<&str> =
-        names(&g).into_iter().filter(|n| g.fixtures[*n].rerank.is_some()).collect();
+    let with_rerank: Vec<&str> = names(&g).into_iter().filter(|n| g.fixtures[*n].rerank.is_some()).collect();
     assert_eq!(
         with_rerank,
         ["bert_cross_encoder", "modernbert_mean_regression", "xlm_roberta_cross_encoder"]
@@ -231,11 +216,10 @@ fn edited(tag: &str, edit: impl FnOnce(&mut serde_json::Value)) -> pg_embed_core
 
 #[test]
 fn bad_classifier_configs_are_named() {
-    let e =
-        edited("arch", |c| c["architectures"] = serde_json::json!(["FunnelForSequenceClassification"]))
-            .err()
-            .unwrap()
-            .to_string();
+    let e = edited("arch", |c| c["architectures"] = serde_json::json!(["FunnelForSequenceClassification"]))
+        .err()
+        .unwrap()
+        .to_string();
     assert!(e.contains("unsupported architecture \"FunnelForSequenceClassification\""), "{e}");
     let e = edited("id2label", |c| {
         c["id2label"].as_object_mut().unwrap().remove("2");
@@ -246,12 +230,11 @@ fn bad_classifier_configs_are_named() {
     assert!(e.contains("id2label has no entry for label 2 of the classifier's 3"), "{e}");
     let e = edited("problem", |c| c["problem_type"] = "ranking".into()).err().unwrap().to_string();
     assert!(e.contains("unsupported problem_type \"ranking\""), "{e}");
-    let e = edited("family", |c| {
-        c["architectures"] = serde_json::json!(["RobertaForSequenceClassification"])
-    })
-    .err()
-    .unwrap()
-    .to_string();
+    let e =
+        edited("family", |c| c["architectures"] = serde_json::json!(["RobertaForSequenceClassification"]))
+            .err()
+            .unwrap()
+            .to_string();
     assert!(
         e.contains("architecture RobertaForSequenceClassification does not match model_type \"bert\""),
         "{e}"

@@ -367,7 +367,6 @@ fn damage(fixture: &Path, dir: &Path, mutations: &[Mutation], seed: u64) -> (Vec
     (done, all_plausible(&tensors))
 }
 
-
 proptest! {
     #![proptest_config(ProptestConfig {
         cases: 512,

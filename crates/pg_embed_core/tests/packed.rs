@@ -55,7 +55,7 @@ fn load(name: &str) -> Box<dyn Model> {
 }
 
 fn batch<'a>(ids: &'a [u32], types: &'a [u32], bounds: &'a [usize]) -> Batch<'a> {
-    Batch { ids, type_ids: types, bounds }
+    Batch::text(ids, types, bounds)
 }
 
 #[test]
@@ -92,7 +92,10 @@ fn every_backbone_packed_matches_transformers_and_is_batch_invariant() {
             for (i, one) in ones.iter().enumerate() {
                 let part = rows(&hidden[bounds[i] * width..bounds[i + 1] * width], width);
                 let d = worst(&part, one, name);
-                assert!(d <= HIDDEN_TOL, "{name}: input {i} in a packed batch on {threads} threads vs alone: {d}");
+                assert!(
+                    d <= HIDDEN_TOL,
+                    "{name}: input {i} in a packed batch on {threads} threads vs alone: {d}"
+                );
                 batch_worst = batch_worst.max(d);
             }
             // The pooler output (CLIP's text_embeds), batched and alone.
@@ -101,7 +104,10 @@ fn every_backbone_packed_matches_transformers_and_is_batch_invariant() {
                 assert_eq!(pooled.len(), cases.len(), "{name}");
                 for (i, c) in cases.iter().enumerate() {
                     let d = max_abs_diff(&pooled[i], &c.pooled);
-                    assert!(cosine(&pooled[i], &c.pooled) >= COSINE_MIN && d <= HIDDEN_TOL, "{name} input {i}: pooled {d}");
+                    assert!(
+                        cosine(&pooled[i], &c.pooled) >= COSINE_MIN && d <= HIDDEN_TOL,
+                        "{name} input {i}: pooled {d}"
+                    );
                 }
             }
         }

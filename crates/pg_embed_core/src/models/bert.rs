@@ -156,7 +156,9 @@ pub(crate) fn tanh_pooler(
 /// The pooler's dense layer under `vb`, if the checkpoint has one.
 pub(crate) fn load_pooler(vb: &VarBuilder, hidden: usize) -> Result<Option<(crate::layers::Linear, usize)>> {
     vb.contains_tensor("pooler.dense.weight")
-        .then(|| crate::weights::torch_linear(&vb.pp("pooler.dense"), hidden, hidden, true).map(|l| (l, hidden)))
+        .then(|| {
+            crate::weights::torch_linear(&vb.pp("pooler.dense"), hidden, hidden, true).map(|l| (l, hidden))
+        })
         .transpose()
         .map_err(bad_weights)
 }

@@ -9,9 +9,9 @@ use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
 use super::encoder::{bad_weights, check_heads, unsupported};
-use crate::weights;
 use crate::error::Result;
 use crate::layers;
+use crate::weights;
 
 /// `transformers.CLIPTextConfig`
 /// (https://huggingface.co/docs/transformers/model_doc/clip#transformers.CLIPTextConfig);
@@ -222,7 +222,6 @@ impl Model {
         }
         self.project(pooled, lengths.len(), &candle_core::Device::Cpu).map(Some)
     }
-
 }
 
 impl super::Config for Config {

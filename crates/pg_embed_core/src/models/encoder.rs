@@ -221,7 +221,11 @@ impl Encoder {
     /// As `forward`, with `bias` [heads, size, size] (size at least the longest sequence)
     /// added to every layer's attention scores, the top-left block for each sequence
     /// (MPNet's relative position bias).
-    pub fn forward_with_bias(&self, batch: &Batch, bias: Option<(&[f32], usize)>) -> candle_core::Result<Vec<f32>> {
+    pub fn forward_with_bias(
+        &self,
+        batch: &Batch,
+        bias: Option<(&[f32], usize)>,
+    ) -> candle_core::Result<Vec<f32>> {
         let width = self.word.width();
         let lengths = batch.lengths()?;
         // transformers' order: words + token types, then + positions.
@@ -298,4 +302,3 @@ fn load_layers(
 }
 
 pub use crate::layers::relative_position_bucket;
-

@@ -6,14 +6,19 @@
 use candle_core::Tensor;
 use candle_nn::VarBuilder;
 use serde::de::DeserializeOwned;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
+
+pub use crate::processor::Pixels;
 
 use crate::error::{Error, Result};
 use crate::pooling::PoolingMode;
 
 pub mod bert;
 pub mod clip;
+pub mod clip_model;
+pub mod clip_vision;
 pub mod deberta_v2;
+pub mod dinov2;
 pub mod distilbert;
 pub mod electra;
 pub mod encoder;
@@ -22,19 +27,53 @@ pub mod mpnet;
 pub mod nomic_bert;
 pub mod roberta;
 pub mod t5;
+pub mod vision;
+pub mod vit;
 
 /// A packed batch: the tokens of every sequence laid end to end, no padding. Sequence `i`
 /// is tokens `bounds[i]..bounds[i + 1]` (`bounds[0]` is 0; text-embeddings-inference calls
-/// them cumulative sequence lengths).
+/// them cumulative sequence lengths). A text batch carries token ids; an image batch carries
+/// the images' pixels instead, sequence `i` being image `i`'s tokens ([CLS] and patches, as
+/// many as the model's [`Model::image_tokens`] says).
 #[derive(Debug, Clone, Copy)]
 pub struct Batch<'a> {
     pub ids: &'a [u32],
     /// Token type (segment) ids, one per token.
     pub type_ids: &'a [u32],
     pub bounds: &'a [usize],
+    /// The images of an image batch (empty for text).
+    pub images: &'a [Pixels],
 }
 
-impl Batch<'_> {
+/// What a model takes as input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Modality {
+    Text,
+    Image,
+    /// Text and images into one space (CLIP): `embed` and `embed_image` both work.
+    Both,
+}
+
+impl Modality {
+    pub fn takes_text(self) -> bool {
+        self != Modality::Image
+    }
+
+    pub fn takes_images(self) -> bool {
+        self != Modality::Text
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Modality::Text => "text",
+            Modality::Image => "image",
+            Modality::Both => "text and image",
+        }
+    }
+}
+
+impl<'a> Batch<'a> {
     /// The number of sequences.
     pub fn len(&self) -> usize {
         self.bounds.len().saturating_sub(1)
@@ -54,9 +93,20 @@ impl Batch<'_> {
     }
 
     /// The length of every sequence; boundaries that do not run from 0 to the last token
-    /// are an error.
+    /// (of the ids; of the bounds themselves in an image batch) are an error.
     pub fn lengths(&self) -> candle_core::Result<Vec<usize>> {
-        crate::layers::lengths_of(self.bounds, self.ids.len())
+        let tokens = if self.is_image() { self.tokens() } else { self.ids.len() };
+        crate::layers::lengths_of(self.bounds, tokens)
+    }
+
+    /// Whether this is an image batch.
+    pub fn is_image(&self) -> bool {
+        !self.images.is_empty()
+    }
+
+    /// A text batch.
+    pub fn text(ids: &'a [u32], type_ids: &'a [u32], bounds: &'a [usize]) -> Self {
+        Batch { ids, type_ids, bounds, images: &[] }
     }
 }
 
@@ -76,6 +126,18 @@ pub trait Model: Send + Sync {
     fn pooler(&self, _hidden: &[f32], _batch: &Batch) -> candle_core::Result<Option<Tensor>> {
         Ok(None)
     }
+
+    /// The tokens an image of `height` x `width` pixels (as the image processor gives it)
+    /// becomes, or why the model cannot take it; an error for a text model.
+    fn image_tokens(&self, _height: usize, _width: usize) -> std::result::Result<usize, String> {
+        Err("this model takes text, not images".into())
+    }
+
+    /// Leading tokens of an image sequence that `cls` reads and the averaging modes leave
+    /// out (DINOv2's mean is over the patch tokens only); 0 for text.
+    fn summary_tokens(&self) -> usize {
+        0
+    }
 }
 
 /// What the pipeline needs to know of an architecture's config.json.
@@ -90,6 +152,10 @@ pub trait Config: Send + Sync {
     /// Pooling when neither sentence-transformers' files nor the options name one.
     fn default_pooling(&self) -> PoolingMode {
         PoolingMode::Mean
+    }
+    /// What the model takes: text (a tokenizer), images (an image processor) or both.
+    fn modality(&self) -> Modality {
+        Modality::Text
     }
     fn load(&self, vb: VarBuilder) -> Result<Box<dyn Model>>;
 }
@@ -111,8 +177,11 @@ fn parse_as<C: Config + DeserializeOwned + serde::Serialize + 'static>(
 /// Every supported architecture, by `model_type`.
 pub const ARCHITECTURES: &[Architecture] = &[
     Architecture { model_type: "bert", parse: parse_as::<bert::Config> },
+    Architecture { model_type: "clip", parse: parse_as::<clip_model::Config> },
     Architecture { model_type: "clip_text_model", parse: parse_as::<clip::Config> },
+    Architecture { model_type: "clip_vision_model", parse: parse_as::<clip_vision::Config> },
     Architecture { model_type: "deberta-v2", parse: parse_as::<deberta_v2::Config> },
+    Architecture { model_type: "dinov2", parse: parse_as::<dinov2::Config> },
     Architecture { model_type: "distilbert", parse: parse_as::<distilbert::Config> },
     Architecture { model_type: "electra", parse: parse_as::<electra::Config> },
     Architecture { model_type: "modernbert", parse: parse_as::<modernbert::Config> },
@@ -120,6 +189,7 @@ pub const ARCHITECTURES: &[Architecture] = &[
     Architecture { model_type: "nomic_bert", parse: parse_as::<nomic_bert::Config> },
     Architecture { model_type: "roberta", parse: parse_as::<roberta::Config> },
     Architecture { model_type: "t5", parse: parse_as::<t5::Config> },
+    Architecture { model_type: "vit", parse: parse_as::<vit::Config> },
     Architecture { model_type: "xlm-roberta", parse: parse_as::<roberta::Config> },
 ];
 
@@ -185,6 +255,10 @@ impl BackboneConfig {
 
     pub fn default_pooling(&self) -> PoolingMode {
         self.config.default_pooling()
+    }
+
+    pub fn modality(&self) -> Modality {
+        self.config.modality()
     }
 
     pub fn load(&self, vb: VarBuilder) -> Result<Box<dyn Model>> {

@@ -9,9 +9,7 @@ use candle_nn::VarBuilder;
 use crate::layers::{Linear, RelativeBias};
 use serde::{Deserialize, Serialize};
 
-use super::encoder::{
-    bad_weights, check_buckets, renamed, with_prefix, Encoder, Positions, Spec,
-};
+use super::encoder::{bad_weights, check_buckets, renamed, with_prefix, Encoder, Positions, Spec};
 use crate::error::Result;
 
 use super::Batch;
@@ -129,11 +127,7 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
         layer_norm_eps: cfg.layer_norm_eps,
         positions: Positions::AfterPadding { padding_idx: cfg.pad_token_id },
     };
-    Ok(Model {
-        encoder: Encoder::load(vb, &spec)?,
-        relative,
-        pooler,
-    })
+    Ok(Model { encoder: Encoder::load(vb, &spec)?, relative, pooler })
 }
 
 impl super::Config for Config {

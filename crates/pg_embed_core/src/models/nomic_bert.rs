@@ -9,9 +9,9 @@ use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
 use super::encoder::{bad_weights, check_eps, check_heads, check_rope_theta, unsupported};
-use crate::weights;
 use crate::error::Result;
 use crate::layers::{self, Activation};
+use crate::weights;
 
 /// `transformers.NomicBertConfig`, with the key names of nomic-ai's own config as aliases;
 /// defaults are transformers' defaults.
@@ -174,7 +174,8 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
     // nomic-ai's checkpoints fuse q, k and v into `attn.Wqkv` and name layers differently.
     let hub = vb.contains_tensor("encoder.layers.0.attn.Wqkv.weight");
     let load = || -> candle_core::Result<Model> {
-        let weight = |vb: VarBuilder, o: usize, i: usize| weights::torch_parts(&vb, o, i, false).map(|(w, _)| w);
+        let weight =
+            |vb: VarBuilder, o: usize, i: usize| weights::torch_parts(&vb, o, i, false).map(|(w, _)| w);
         let no_bias = |vb: VarBuilder, i: usize, o: usize| weights::torch_linear(&vb, o, i, false);
         let norm = |vb: VarBuilder| weights::layer_norm(&vb, h, eps, true);
         // SwiGLU: act(gate x) * (up x), gate and up side by side in one product.
@@ -262,7 +263,6 @@ impl Model {
         self.stack.try_forward(&mut x, &lengths)?;
         Ok(x)
     }
-
 }
 
 impl super::Config for Config {

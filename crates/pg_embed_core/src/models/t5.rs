@@ -7,9 +7,9 @@ use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
 use super::encoder::{bad_weights, check_buckets, check_eps, unsupported};
-use crate::weights;
 use crate::error::{Error, Result};
 use crate::layers::{self, Activation};
+use crate::weights;
 
 /// `transformers.T5Config` (https://huggingface.co/docs/transformers/model_doc/t5#transformers.T5Config);
 /// defaults are transformers' defaults.
@@ -118,7 +118,8 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
         // T5EncoderModel stores the embedding as `shared` (tied to encoder.embed_tokens).
         let embed_name = if vb.contains_tensor("shared.weight") { "shared" } else { "encoder.embed_tokens" };
         let e = vb.pp("encoder");
-        let weight = |vb: VarBuilder, o: usize, i: usize| weights::torch_parts(&vb, o, i, false).map(|(w, _)| w);
+        let weight =
+            |vb: VarBuilder, o: usize, i: usize| weights::torch_parts(&vb, o, i, false).map(|(w, _)| w);
         let lin = |vb: VarBuilder, i: usize, o: usize| weights::torch_linear(&vb, o, i, false);
         let norm = |vb: &VarBuilder, name: &str| -> candle_core::Result<layers::Norm> {
             Ok(layers::Norm::rms(vb.get(d, name)?.to_vec1::<f32>()?, cfg.layer_norm_epsilon))
@@ -202,7 +203,6 @@ impl Model {
         self.stack.try_forward(&mut x, &lengths)?;
         Ok(x)
     }
-
 }
 
 impl super::Config for Config {

@@ -72,7 +72,7 @@ impl Packed {
     }
 
     pub(super) fn batch(&self) -> Batch<'_> {
-        Batch { ids: &self.ids, type_ids: &self.type_ids, bounds: &self.bounds }
+        Batch::text(&self.ids, &self.type_ids, &self.bounds)
     }
 }
 

@@ -13,9 +13,10 @@ use super::{known_prompts, Input, Pipeline, PipelineInfo, Stats};
 use crate::classifier::{Classifier, HeadConfig};
 use crate::error::{Error, Result};
 use crate::heads::Dense;
-use crate::models::BackboneConfig;
+use crate::models::{BackboneConfig, Modality};
 use crate::options::{LongInput, Options};
 use crate::pooling::PoolingMode;
+use crate::processor::ImageProcessor;
 use crate::st::Layout;
 
 impl Pipeline {
@@ -65,6 +66,21 @@ impl Pipeline {
             }
         }
 
+        let modality = config.modality();
+        if !modality.takes_text() {
+            let text_only = [
+                ("max_length", options.max_length.is_some()),
+                ("prompt", options.prompt.is_some()),
+                ("prompts", options.prompts.is_some()),
+                ("include_prompt", options.include_prompt.is_some()),
+                ("long_input", options.long_input.is_some()),
+            ];
+            if let Some((key, _)) = text_only.iter().find(|(_, set)| *set) {
+                return Err(Error::InvalidOptions(format!(
+                    "option \"{key}\" applies to text models; this one takes images"
+                )));
+            }
+        }
         if let Some(module) = &layout.pooling {
             if let Some(dim) = module.dimension.filter(|d| *d != config.hidden_size()) {
                 return Err(Error::invalid_file(
@@ -87,42 +103,19 @@ impl Pipeline {
         };
         let normalize = options.normalize.unwrap_or(layout.normalize) && !classify;
 
-        let mut tokenizer = load_tokenizer(&bdir.join("tokenizer.json"))?;
-        let (pad_id, pad_file) = match tokenizer.get_padding() {
-            Some(p) => (p.pad_id, "tokenizer.json"),
-            None => (config.pad_token_id(), "config.json"),
+        let text =
+            if modality.takes_text() { Some(load_text(bdir, &config, &layout, options)?) } else { None };
+        let images = if modality.takes_images() {
+            Some(ImageProcessor::load(&bdir.join("preprocessor_config.json"))?)
+        } else {
+            None
         };
-        let max_positions = config.max_position_embeddings();
-        let max_length = match options.max_length {
-            Some(n) if n > max_positions => {
-                return Err(Error::InvalidOptions(format!(
-                    "max_length {n} exceeds the model's max_position_embeddings {max_positions}"
-                )))
-            }
-            Some(n) => n,
-            // sentence-transformers: sentence_bert_config.json's max_seq_length, else the
-            // tokenizer's model_max_length (where 6.x saves it), capped by the positions.
-            None => layout
-                .transformer
-                .max_seq_length
-                .or(tokenizer_max_length(&bdir.join("tokenizer_config.json"))?)
-                .unwrap_or(max_positions)
-                .min(max_positions),
-        };
-        let specials = tokenizer.get_post_processor().map(|p| p.added_tokens(false)).unwrap_or(0);
-        if max_length <= specials {
+        if modality == Modality::Both && pooling != [PoolingMode::Pooler] {
             return Err(Error::InvalidOptions(format!(
-                "max_length {max_length} leaves no room for text after {specials} special tokens"
+                "a model of text and images embeds both through its projections: pooling must be \"pooler\", not {:?}",
+                pooling
             )));
         }
-        // sentence-transformers ignores the padding and truncation stored in tokenizer.json:
-        // it pads per batch and truncates at max_seq_length.
-        tokenizer.with_padding(None);
-        let mut untruncated = tokenizer.clone();
-        untruncated.with_truncation(None).map_err(|e| Error::invalid_file(bdir.join("tokenizer.json"), e))?;
-        tokenizer
-            .with_truncation(Some(TruncationParams { max_length, ..Default::default() }))
-            .map_err(|e| Error::invalid_file(bdir.join("tokenizer.json"), e))?;
 
         let device = Device::Cpu;
         let (vb, parameters) = crate::weights::load_weights(bdir, &device)?;
@@ -135,22 +128,19 @@ impl Pipeline {
                 )));
             };
             Some(
-                Classifier::load(&vb, architecture, &head_config, config.architecture(), config.hidden_size())
-                    .map_err(|e| e.in_dir(bdir))?,
+                Classifier::load(
+                    &vb,
+                    architecture,
+                    &head_config,
+                    config.architecture(),
+                    config.hidden_size(),
+                )
+                .map_err(|e| e.in_dir(bdir))?,
             )
         } else {
             None
         };
         let backbone = config.load(vb).map_err(|e| e.in_dir(bdir))?;
-        // A pad id out of the vocabulary is a broken model (transformers would fail on
-        // every padded batch), though pg_embed's packed batches never pad.
-        if pad_id as usize >= config.vocab_size() {
-            return Err(Error::invalid_file(
-                bdir.join(pad_file),
-                format!("pad_token_id {pad_id} is not below vocab_size {}", config.vocab_size()),
-            ));
-        }
-        check_token_ids(&tokenizer, config.vocab_size(), &bdir.join("tokenizer.json"))?;
         if classifier.as_ref().is_some_and(Classifier::needs_pooler) && backbone.pooler_size().is_none() {
             return Err(Error::invalid_file(
                 bdir.join("model.safetensors"),
@@ -202,34 +192,20 @@ impl Pipeline {
         };
         let normalize_after_truncation = dimensions.is_some() && options.normalize == Some(true);
 
-        // Prompts: the model's own, then the options' (which win); "" means no prompt.
-        let mut prompt_texts = layout.prompts.prompts.clone();
-        prompt_texts.extend(options.prompts.clone().unwrap_or_default());
-        let include_prompt =
-            options.include_prompt.or(layout.pooling.as_ref().map(|p| p.include_prompt)).unwrap_or(true);
-        let lowercase = layout.transformer.do_lower_case;
-        let mut prompts = BTreeMap::new();
-        for (name, text) in &prompt_texts {
-            let length = prompt_length(&tokenizer, lowercase, text)?;
-            prompts.insert(name.clone(), Prompt { text: text.clone(), length });
-        }
-        let default_prompt = match (&options.prompt, &layout.prompts.default_prompt_name) {
-            (Some(name), _) => Some(name.clone()),
-            (None, Some(name)) => Some(name.clone()),
-            (None, None) => None,
-        };
-        if let Some(name) = &default_prompt {
-            if !name.is_empty() && !prompts.contains_key(name) {
-                return Err(Error::UnknownPrompt { name: name.clone(), known: known_prompts(&prompt_texts) });
+        let (max_length, lowercase, prompt_texts, default_prompt, include_prompt) = match &text {
+            Some((t, max_length, texts)) => {
+                (*max_length, t.lowercase, texts.clone(), t.default_prompt.clone(), t.include_prompt)
             }
-        }
-
+            None => (0, false, BTreeMap::new(), None, true),
+        };
         let info = PipelineInfo {
             task: if classifier.is_some() { "classify" } else { "embed" },
             classifier: classifier.as_ref().map(Classifier::describe),
             labels: classifier.as_ref().map(|c| c.labels.clone()),
             problem_type: classifier.as_ref().map(|c| c.problem),
             architecture: config.architecture(),
+            modality,
+            preprocessing: images.as_ref().map(ImageProcessor::describe),
             backbone: config.summary(),
             parameters: parameters + heads.iter().map(Dense::parameters).sum::<usize>(),
             pooling: pooling.clone(),
@@ -242,12 +218,12 @@ impl Pipeline {
             max_length,
             lowercase,
             prompts: prompt_texts,
-            default_prompt: default_prompt.clone(),
+            default_prompt,
             include_prompt,
             long_input: options.long_input.unwrap_or_default(),
             directory: dir.to_path_buf(),
         };
-        let input = Input::Text(Text { tokenizer, untruncated, lowercase, prompts, default_prompt, include_prompt });
+        let input = Input { text: text.map(|(t, _, _)| t), images };
         Ok(Pipeline {
             input,
             long_input: options.long_input.unwrap_or_default(),
@@ -284,4 +260,84 @@ fn parse_pooling(names: &[String]) -> Result<Vec<PoolingMode>> {
     }
     // Concatenated in the order listed, as sentence-transformers 6.x's Pooling(pooling_mode=[...]).
     Ok(modes)
+}
+
+/// The text input stage of a model directory: the tokenizer as sentence-transformers uses
+/// it, max_length, and the prompts (with the prompt texts as configured, for model_info).
+fn load_text(
+    bdir: &Path,
+    config: &BackboneConfig,
+    layout: &Layout,
+    options: &Options,
+) -> Result<(Text, usize, BTreeMap<String, String>)> {
+    let mut tokenizer = load_tokenizer(&bdir.join("tokenizer.json"))?;
+    let (pad_id, pad_file) = match tokenizer.get_padding() {
+        Some(p) => (p.pad_id, "tokenizer.json"),
+        None => (config.pad_token_id(), "config.json"),
+    };
+    let max_positions = config.max_position_embeddings();
+    let max_length = match options.max_length {
+        Some(n) if n > max_positions => {
+            return Err(Error::InvalidOptions(format!(
+                "max_length {n} exceeds the model's max_position_embeddings {max_positions}"
+            )))
+        }
+        Some(n) => n,
+        // sentence-transformers: sentence_bert_config.json's max_seq_length, else the
+        // tokenizer's model_max_length (where 6.x saves it), capped by the positions.
+        None => layout
+            .transformer
+            .max_seq_length
+            .or(tokenizer_max_length(&bdir.join("tokenizer_config.json"))?)
+            .unwrap_or(max_positions)
+            .min(max_positions),
+    };
+    let specials = tokenizer.get_post_processor().map(|p| p.added_tokens(false)).unwrap_or(0);
+    if max_length <= specials {
+        return Err(Error::InvalidOptions(format!(
+            "max_length {max_length} leaves no room for text after {specials} special tokens"
+        )));
+    }
+    // sentence-transformers ignores the padding and truncation stored in tokenizer.json:
+    // it pads per batch and truncates at max_seq_length.
+    tokenizer.with_padding(None);
+    let mut untruncated = tokenizer.clone();
+    untruncated.with_truncation(None).map_err(|e| Error::invalid_file(bdir.join("tokenizer.json"), e))?;
+    tokenizer
+        .with_truncation(Some(TruncationParams { max_length, ..Default::default() }))
+        .map_err(|e| Error::invalid_file(bdir.join("tokenizer.json"), e))?;
+
+    // A pad id out of the vocabulary is a broken model (transformers would fail on
+    // every padded batch), though pg_embed's packed batches never pad.
+    if pad_id as usize >= config.vocab_size() {
+        return Err(Error::invalid_file(
+            bdir.join(pad_file),
+            format!("pad_token_id {pad_id} is not below vocab_size {}", config.vocab_size()),
+        ));
+    }
+    check_token_ids(&tokenizer, config.vocab_size(), &bdir.join("tokenizer.json"))?;
+    // Prompts: the model's own, then the options' (which win); "" means no prompt.
+    let mut prompt_texts = layout.prompts.prompts.clone();
+    prompt_texts.extend(options.prompts.clone().unwrap_or_default());
+    let include_prompt =
+        options.include_prompt.or(layout.pooling.as_ref().map(|p| p.include_prompt)).unwrap_or(true);
+    let lowercase = layout.transformer.do_lower_case;
+    let mut prompts = BTreeMap::new();
+    for (name, text) in &prompt_texts {
+        let length = prompt_length(&tokenizer, lowercase, text)?;
+        prompts.insert(name.clone(), Prompt { text: text.clone(), length });
+    }
+    let default_prompt = match (&options.prompt, &layout.prompts.default_prompt_name) {
+        (Some(name), _) => Some(name.clone()),
+        (None, Some(name)) => Some(name.clone()),
+        (None, None) => None,
+    };
+    if let Some(name) = &default_prompt {
+        if !name.is_empty() && !prompts.contains_key(name) {
+            return Err(Error::UnknownPrompt { name: name.clone(), known: known_prompts(&prompt_texts) });
+        }
+    }
+
+    let text = Text { tokenizer, untruncated, lowercase, prompts, default_prompt, include_prompt };
+    Ok((text, max_length, prompt_texts))
 }

@@ -12,18 +12,19 @@ use tokenizers::{PostProcessor, Tokenizer};
 use crate::classifier::{Classifier, Problem};
 use crate::error::{Error, Result};
 use crate::heads::Dense;
-use crate::models::{Batch, Model};
+use crate::models::{Batch, Modality, Model, Pixels};
 use crate::options::LongInput;
 use crate::pooling::{self, PoolingMode};
+use crate::processor::ImageProcessor;
 
 mod batch;
 mod load;
-mod text;
 #[cfg(test)]
 mod tests;
+mod text;
 
-use batch::{in_batches, Packed};
 pub use batch::length_batches;
+use batch::{in_batches, Packed};
 use text::{encode, Prompt, Text};
 
 /// What `embed.model_info` shows: the pipeline as resolved from files and options.
@@ -39,6 +40,11 @@ pub struct PipelineInfo {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub problem_type: Option<Problem>,
     pub architecture: &'static str,
+    /// What the model takes: text, image, or text and image (CLIP).
+    pub modality: Modality,
+    /// The image processor's settings (image models).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub preprocessing: Option<serde_json::Value>,
     pub backbone: serde_json::Value,
     pub parameters: usize,
     pub pooling: Vec<PoolingMode>,
@@ -86,11 +92,12 @@ struct Prepared {
     spans: Vec<usize>,
 }
 
-/// The input stage: what turns a user's input into the backbone's tokens. Text is the
-/// only modality today; an image stage (the image processor `preprocessor_config.json`
-/// names) is the next variant, ending in the same backbone -> pooling -> heads stages.
-enum Input {
-    Text(Text),
+/// The input stages: what turns a user's input into the backbone's tokens. Text goes
+/// through the tokenizer, images through the image processor `preprocessor_config.json`
+/// names; both end in the same backbone -> pooling -> heads stages. A CLIP model has both.
+struct Input {
+    text: Option<Text>,
+    images: Option<ImageProcessor>,
 }
 
 pub struct Pipeline {
@@ -110,11 +117,19 @@ pub struct Pipeline {
 }
 
 impl Pipeline {
-    /// The text input stage.
-    fn text(&self) -> &Text {
-        match &self.input {
-            Input::Text(text) => text,
-        }
+    /// The text input stage; an error for an image model.
+    fn text(&self) -> Result<&Text> {
+        self.input.text.as_ref().ok_or(Error::WrongModality { model: "images", call: "text" })
+    }
+
+    /// The image input stage; an error for a text model.
+    fn image_processor(&self) -> Result<&ImageProcessor> {
+        self.input.images.as_ref().ok_or(Error::WrongModality { model: "text", call: "images" })
+    }
+
+    /// What the model takes: text, images or both.
+    pub fn modality(&self) -> Modality {
+        self.info.modality
     }
 
     pub fn info(&self) -> &PipelineInfo {
@@ -131,12 +146,12 @@ impl Pipeline {
 
     /// Token ids for one input, exactly as sentence-transformers tokenizes it.
     pub fn tokenize(&self, text: &str) -> Result<Vec<u32>> {
-        Ok(encode(&self.text().tokenizer, self.text().lowercase, text)?.0)
+        Ok(encode(&self.text()?.tokenizer, self.text()?.lowercase, text)?.0)
     }
 
     /// Tokens of `text` with special tokens, not truncated.
     fn count_tokens(&self, text: &str) -> Result<usize> {
-        Ok(encode(&self.text().untruncated, self.text().lowercase, text)?.0.len())
+        Ok(encode(&self.text()?.untruncated, self.text()?.lowercase, text)?.0.len())
     }
 
     /// `text` split into chunks of at most `max_tokens` tokens of this model's tokenizer
@@ -144,7 +159,10 @@ impl Pipeline {
     /// see [`crate::chunk::split`].
     pub fn chunk(&self, text: &str, max_tokens: usize, overlap: usize) -> Result<Vec<crate::chunk::Chunk>> {
         if max_tokens == 0 {
-            return Err(Error::InvalidArgument { what: "max_tokens", reason: "it must be at least 1".into() });
+            return Err(Error::InvalidArgument {
+                what: "max_tokens",
+                reason: "it must be at least 1".into(),
+            });
         }
         if overlap >= max_tokens {
             return Err(Error::InvalidArgument {
@@ -152,16 +170,16 @@ impl Pipeline {
                 reason: format!("{overlap} must be less than max_tokens {max_tokens}"),
             });
         }
-        let enc = self.text().untruncated.encode(text, false).map_err(|e| Error::Tokenize(e.to_string()))?;
+        let enc = self.text()?.untruncated.encode(text, false).map_err(|e| Error::Tokenize(e.to_string()))?;
         Ok(crate::chunk::split(text, enc.get_offsets(), max_tokens, overlap))
     }
 
     /// The prompt text for `name`: `None` is the default prompt, `Some("")` no prompt.
     fn prompt(&self, name: Option<&str>) -> Result<Option<&Prompt>> {
-        let Some(name) = name.or(self.text().default_prompt.as_deref()).filter(|n| !n.is_empty()) else {
+        let Some(name) = name.or(self.text()?.default_prompt.as_deref()).filter(|n| !n.is_empty()) else {
             return Ok(None);
         };
-        match self.text().prompts.get(name) {
+        match self.text()?.prompts.get(name) {
             Some(p) if p.text.is_empty() => Ok(None),
             Some(p) => Ok(Some(p)),
             None => Err(Error::UnknownPrompt { name: name.into(), known: known_prompts(&self.info.prompts) }),
@@ -181,12 +199,13 @@ impl Pipeline {
     fn encode_prompted(&self, text: &str, prompt: Option<&Prompt>) -> Result<(Vec<u32>, usize, bool)> {
         match prompt {
             None => {
-                let (ids, cut) = encode(&self.text().tokenizer, self.text().lowercase, text)?;
+                let (ids, cut) = encode(&self.text()?.tokenizer, self.text()?.lowercase, text)?;
                 Ok((ids, 0, cut))
             }
             Some(p) => {
-                let (ids, cut) = encode(&self.text().tokenizer, self.text().lowercase, &format!("{}{text}", p.text))?;
-                Ok((ids, if self.text().include_prompt { 0 } else { p.length }, cut))
+                let (ids, cut) =
+                    encode(&self.text()?.tokenizer, self.text()?.lowercase, &format!("{}{text}", p.text))?;
+                Ok((ids, if self.text()?.include_prompt { 0 } else { p.length }, cut))
             }
         }
     }
@@ -233,7 +252,8 @@ impl Pipeline {
             return Err(Error::WrongTask { task: "classify", call: "embed" });
         }
         let prompt = self.prompt(prompt_name)?;
-        let mut prepared = Prepared { rows: Vec::with_capacity(texts.len()), spans: Vec::with_capacity(texts.len()) };
+        let mut prepared =
+            Prepared { rows: Vec::with_capacity(texts.len()), spans: Vec::with_capacity(texts.len()) };
         let (mut truncated, mut chunked) = (0, 0);
         for text in texts {
             let (ids, skip, cut) = self.encode_prompted(text, prompt)?;
@@ -305,6 +325,11 @@ impl Pipeline {
         let rows: Vec<(&[u32], Option<&[u32]>, usize)> =
             encoded.iter().map(|(ids, skip)| (ids.as_slice(), None, *skip)).collect();
         let pooled = self.forward_pooled(&rows, &self.pooling)?;
+        self.finish(pooled)
+    }
+
+    /// Pooled rows through the projection heads, normalize and truncation.
+    fn finish(&self, pooled: Vec<Vec<f32>>) -> Result<Vec<Vec<f32>>> {
         let mut out = self.apply_heads(pooled)?;
         if self.normalize {
             pooling::l2_normalize(&mut out);
@@ -326,13 +351,144 @@ impl Pipeline {
         rows: &[(&[u32], Option<&[u32]>, usize)],
         modes: &[PoolingMode],
     ) -> Result<Vec<Vec<f32>>> {
-        self.stats.forward_passes.fetch_add(1, Relaxed);
         let packed = Packed::of(rows);
-        let batch = packed.batch();
-        let hidden = self.backbone.forward(&batch).map_err(Error::inference)?;
-        let pooler = if modes.contains(&PoolingMode::Pooler) { self.pooler(&hidden, &batch)? } else { None };
-        let sequences = pooling::Sequences { bounds: &packed.bounds, skips: &packed.skips };
-        pooling::pool(&hidden, self.hidden_size, sequences, modes, pooler.as_deref()).map_err(Error::Inference)
+        self.pool_batch(&packed.batch(), &packed.skips, modes)
+    }
+
+    /// One forward pass of the backbone over a packed batch (text or images), pooled with
+    /// `modes` (`skips`: each sequence's excluded prompt): one row per sequence.
+    fn pool_batch(&self, batch: &Batch, skips: &[usize], modes: &[PoolingMode]) -> Result<Vec<Vec<f32>>> {
+        self.stats.forward_passes.fetch_add(1, Relaxed);
+        let hidden = self.backbone.forward(batch).map_err(Error::inference)?;
+        let pooler = if modes.contains(&PoolingMode::Pooler) { self.pooler(&hidden, batch)? } else { None };
+        let summary = if batch.is_image() { self.backbone.summary_tokens() } else { 0 };
+        let sequences = pooling::Sequences { bounds: batch.bounds, skips, summary };
+        pooling::pool(&hidden, self.hidden_size, sequences, modes, pooler.as_deref())
+            .map_err(Error::Inference)
+    }
+
+    /// Images (the bytes of PNG, JPEG, WebP, GIF, BMP or TIFF files) through the image
+    /// processor and `run`, in batches of at most `max_batch_tokens` tokens (an image's
+    /// patches and [CLS] count as its tokens) on `threads` threads, `before_batch` on the
+    /// calling thread before each; images larger than `max_pixels` are refused from their
+    /// header. One result per image, in input order.
+    fn images_batched<T: Send>(
+        &self,
+        images: &[&[u8]],
+        max_pixels: u64,
+        max_batch_tokens: usize,
+        threads: usize,
+        before_batch: &mut dyn FnMut() -> Result<()>,
+        run: impl Fn(&[Pixels]) -> Result<Vec<T>> + Sync,
+    ) -> Result<Vec<T>> {
+        use rayon::prelude::*;
+        let processor = self.image_processor()?;
+        let tokens = |height: usize, width: usize| {
+            self.backbone
+                .image_tokens(height, width)
+                .map_err(|reason| Error::InvalidArgument { what: "image", reason })
+        };
+        // With a fixed output size every image has the same tokens: decode batch by batch.
+        // Otherwise each image's size decides its tokens: decode all first.
+        let decoded: Option<Vec<Pixels>> = match processor.output_size() {
+            Some(_) => None,
+            None => Some(
+                images.iter().map(|bytes| processor.preprocess(bytes, max_pixels)).collect::<Result<_>>()?,
+            ),
+        };
+        let lengths: Vec<usize> = match (&decoded, processor.output_size()) {
+            (Some(all), _) => all.iter().map(|p| tokens(p.height, p.width)).collect::<Result<_>>()?,
+            (None, Some((height, width))) => vec![tokens(height, width)?; images.len()],
+            (None, None) => Vec::new(),
+        };
+        self.stats.count_call(images.len(), lengths.iter().sum());
+        in_batches(&lengths, max_batch_tokens, threads, before_batch, |batch| match &decoded {
+            Some(all) => run(&batch.iter().map(|&i| all[i].clone()).collect::<Vec<_>>()),
+            None => {
+                let pixels = batch
+                    .par_iter()
+                    .map(|&i| processor.preprocess(images[i], max_pixels))
+                    .collect::<Result<Vec<_>>>()?;
+                run(&pixels)
+            }
+        })
+    }
+
+    /// An image batch for the backbone: its images' tokens end to end.
+    fn image_batch(&self, pixels: &[Pixels]) -> Result<Vec<usize>> {
+        let mut bounds = Vec::with_capacity(pixels.len() + 1);
+        bounds.push(0);
+        for p in pixels {
+            let n = self
+                .backbone
+                .image_tokens(p.height, p.width)
+                .map_err(|reason| Error::InvalidArgument { what: "image", reason })?;
+            bounds.push(bounds[bounds.len() - 1] + n);
+        }
+        Ok(bounds)
+    }
+
+    /// Embeds images (encoded image files): one vector per image, in input order, through
+    /// the same pooling, heads and normalize as text (see `images_batched` for the batching).
+    pub fn embed_images(
+        &self,
+        images: &[&[u8]],
+        max_pixels: u64,
+        max_batch_tokens: usize,
+        threads: usize,
+        mut before_batch: impl FnMut() -> Result<()>,
+    ) -> Result<Vec<Vec<f32>>> {
+        if self.classifier.is_some() {
+            return Err(Error::WrongTask { task: "classify", call: "embed" });
+        }
+        self.images_batched(images, max_pixels, max_batch_tokens, threads, &mut before_batch, |pixels| {
+            self.embed_pixels(pixels)
+        })
+    }
+
+    /// Embeds preprocessed images (`pixel_values` as the image processor gives them).
+    pub fn embed_pixels(&self, pixels: &[Pixels]) -> Result<Vec<Vec<f32>>> {
+        if pixels.is_empty() {
+            return Ok(Vec::new());
+        }
+        let bounds = self.image_batch(pixels)?;
+        let batch = Batch { ids: &[], type_ids: &[], bounds: &bounds, images: pixels };
+        let pooled = self.pool_batch(&batch, &vec![0; pixels.len()], &self.pooling)?;
+        self.finish(pooled)
+    }
+
+    /// Raw logits [num_labels] per image of an image-classification model, in input order
+    /// (batched as `embed_images`).
+    pub fn classify_images(
+        &self,
+        images: &[&[u8]],
+        max_pixels: u64,
+        max_batch_tokens: usize,
+        threads: usize,
+        mut before_batch: impl FnMut() -> Result<()>,
+    ) -> Result<Vec<Vec<f32>>> {
+        self.classifier()?;
+        self.images_batched(images, max_pixels, max_batch_tokens, threads, &mut before_batch, |pixels| {
+            self.classify_pixels(pixels)
+        })
+    }
+
+    /// Logits of preprocessed images.
+    pub fn classify_pixels(&self, pixels: &[Pixels]) -> Result<Vec<Vec<f32>>> {
+        let classifier = self.classifier()?;
+        if pixels.is_empty() {
+            return Ok(Vec::new());
+        }
+        let bounds = self.image_batch(pixels)?;
+        let batch = Batch { ids: &[], type_ids: &[], bounds: &bounds, images: pixels };
+        let pooled = self.pool_batch(&batch, &vec![0; pixels.len()], &[classifier.pooling()])?;
+        let logits = classifier.forward(&pooled.concat());
+        Ok(logits.chunks(classifier.num_labels().max(1)).map(<[f32]>::to_vec).collect())
+    }
+
+    /// The image processor's `pixel_values` of one image file.
+    pub fn preprocess_image(&self, image: &[u8], max_pixels: u64) -> Result<Pixels> {
+        self.image_processor()?.preprocess(image, max_pixels)
     }
 
     /// The backbone's pooler output, one row per sequence.
@@ -380,14 +536,16 @@ impl Pipeline {
     /// A tokenizer whose post-processor adds no special tokens to a pair has no pair template:
     /// the two texts would run together, so a pair is refused.
     pub fn tokenize_pair(&self, text: &str, pair: Option<&str>) -> Result<(Vec<u32>, Vec<u32>)> {
-        if pair.is_some() && self.text().tokenizer.get_post_processor().map_or(0, |p| p.added_tokens(true)) == 0 {
+        if pair.is_some()
+            && self.text()?.tokenizer.get_post_processor().map_or(0, |p| p.added_tokens(true)) == 0
+        {
             return Err(Error::NoPairTemplate);
         }
-        let (enc, cut) = self.encode_pair(&self.text().tokenizer, text, pair)?;
+        let (enc, cut) = self.encode_pair(&self.text()?.tokenizer, text, pair)?;
         if cut {
             if self.long_input == LongInput::Error {
                 return Err(Error::InputTooLong {
-                    tokens: self.encode_pair(&self.text().untruncated, text, pair)?.0.len(),
+                    tokens: self.encode_pair(&self.text()?.untruncated, text, pair)?.0.len(),
                     max_length: self.info.max_length,
                 });
             }
@@ -396,7 +554,12 @@ impl Pipeline {
         Ok((enc.get_ids().to_vec(), enc.get_type_ids().to_vec()))
     }
 
-    fn encode_pair(&self, tokenizer: &Tokenizer, text: &str, pair: Option<&str>) -> Result<(tokenizers::Encoding, bool)> {
+    fn encode_pair(
+        &self,
+        tokenizer: &Tokenizer,
+        text: &str,
+        pair: Option<&str>,
+    ) -> Result<(tokenizers::Encoding, bool)> {
         let enc = match pair {
             None => tokenizer.encode_fast(text, true),
             Some(p) => tokenizer.encode_fast((text, p), true),
@@ -440,7 +603,11 @@ impl Pipeline {
     }
 
     /// One batch of encoded inputs (or pairs) through backbone and classification head.
-    fn classify_encoded(&self, classifier: &Classifier, rows: &[(&[u32], Option<&[u32]>, usize)]) -> Result<Vec<Vec<f32>>> {
+    fn classify_encoded(
+        &self,
+        classifier: &Classifier,
+        rows: &[(&[u32], Option<&[u32]>, usize)],
+    ) -> Result<Vec<Vec<f32>>> {
         let pooled = self.forward_pooled(rows, &[classifier.pooling()])?;
         let logits = classifier.forward(&pooled.concat());
         Ok(logits.chunks(classifier.num_labels().max(1)).map(<[f32]>::to_vec).collect())

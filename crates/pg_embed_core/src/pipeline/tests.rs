@@ -32,8 +32,18 @@ mod properties {
         prop_oneof![
             any::<String>(),
             "\\PC{0,80}",
-            proptest::collection::vec(prop_oneof![Just("\u{301}"), Just("\u{200d}"), Just("👩"), Just("\u{5d0}"), Just(" "), Just("a")], 0..40)
-                .prop_map(|parts| parts.concat()),
+            proptest::collection::vec(
+                prop_oneof![
+                    Just("\u{301}"),
+                    Just("\u{200d}"),
+                    Just("👩"),
+                    Just("\u{5d0}"),
+                    Just(" "),
+                    Just("a")
+                ],
+                0..40
+            )
+            .prop_map(|parts| parts.concat()),
             (1usize..4000).prop_map(|n| "word ".repeat(n)),
         ]
     }

@@ -4,7 +4,6 @@
 //! writers. Each test binary that includes this module gets the allocator.
 #![allow(dead_code)]
 
-
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -102,7 +101,10 @@ static ALLOCATOR: Bounded = Bounded;
 
 /// Runs `work` on its own thread under `catch_unwind`, at most `TIME_LIMIT`; a panic or
 /// a hang is an `Err` describing it.
-pub fn guarded<T: Send + 'static>(case: &str, work: impl FnOnce() -> T + Send + 'static) -> Result<T, String> {
+pub fn guarded<T: Send + 'static>(
+    case: &str,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, String> {
     *CASE.lock().unwrap_or_else(|e| e.into_inner()) = case.to_string();
     let (tx, rx) = mpsc::channel();
     std::thread::Builder::new()
@@ -222,7 +224,11 @@ pub struct Embedded {
 
 /// Loads `dir` with `options` and embeds `texts` three ways: in one call, in small
 /// length-grouped batches on two threads, and one at a time.
-pub fn load_and_embed(dir: &Path, options: &Options, texts: &[String]) -> pg_embed_core::error::Result<Embedded> {
+pub fn load_and_embed(
+    dir: &Path,
+    options: &Options,
+    texts: &[String],
+) -> pg_embed_core::error::Result<Embedded> {
     let p = Pipeline::load(dir, options)?;
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let together = p.embed(&refs)?;
