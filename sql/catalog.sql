@@ -24,8 +24,13 @@ CREATE TABLE embed.models (
     options       jsonb NOT NULL DEFAULT '{}',
     task          text NOT NULL,
     architecture  text NOT NULL,
+    -- What the model takes: text, image, or both (CLIP: embed and embed_image).
+    modality      text NOT NULL DEFAULT 'text' CHECK (modality IN ('text', 'image', 'both')),
     dim           integer NOT NULL CHECK (dim > 0),
-    max_length    integer NOT NULL CHECK (max_length > 0),
+    -- Tokens per input (text models; NULL for a model of images alone).
+    max_length    integer CHECK (max_length > 0),
+    -- The image processor's settings (models of images), as embed.model_info shows them.
+    preprocessing jsonb,
     revision      bigint NOT NULL,
     -- hf: sources: the commit the revision resolved to, and the sha256 of every file of
     -- that snapshot; loading verifies both.

@@ -2,8 +2,40 @@
 -- resumable backfill with its progress, and preloading models at login. Plain SQL and
 -- PL/pgSQL over the inference functions; they run as the calling role.
 
--- Checks that `rel` has a text column `source_column` and a column `target_column` that can
--- hold `model`'s output: vector(n) or halfvec(n) with n = the model's dim, or real[].
+-- What a source column holds: 'image' for bytea (image files, embedded with embed_image),
+-- 'text' for anything else (cast to text and embedded with embed). NULL if no such column.
+CREATE FUNCTION embed._source_kind(rel regclass, source_column text)
+RETURNS text LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT CASE WHEN a.atttypid = 'bytea'::regtype THEN 'image' ELSE 'text' END
+      FROM pg_attribute a
+     WHERE a.attrelid = rel AND a.attname = source_column AND a.attnum > 0 AND NOT a.attisdropped
+$$;
+
+-- Refuses a bytea source column for a model of text, and a text source column for a model of
+-- images (a registered model; an unregistered one is checked when it is first used).
+CREATE FUNCTION embed._check_source(rel regclass, model text, source_column text)
+RETURNS void LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    kind text := embed._source_kind(rel, source_column);
+    model_modality text;
+BEGIN
+    SELECT m.modality INTO model_modality FROM embed.models m WHERE m.name = model;
+    IF kind IS NULL OR model_modality IS NULL OR model_modality = 'both' OR model_modality = kind THEN
+        RETURN;
+    END IF;
+    RAISE EXCEPTION 'column "%" of relation % holds %, but model "%" takes %',
+        source_column, rel, CASE kind WHEN 'image' THEN 'images (bytea)' ELSE 'text' END, model,
+        CASE model_modality WHEN 'image' THEN 'images' ELSE 'text' END
+        USING ERRCODE = 'datatype_mismatch',
+              HINT = CASE model_modality WHEN 'image'
+                  THEN 'A model of images embeds a bytea column of image files (PNG, JPEG, WebP, GIF, BMP, TIFF).'
+                  ELSE 'A model of text embeds a text column; register an image model (ViT, CLIP, DINOv2) for a bytea column.' END;
+END
+$$;
+
+-- Checks that `rel` has a source column `source_column` that `model` can embed (text, or
+-- bytea image files for a model of images) and a column `target_column` that can hold
+-- `model`'s output: vector(n) or halfvec(n) with n = the model's dim, or real[].
 -- Returns the model's dim.
 CREATE FUNCTION embed._check_target(rel regclass, model text, source_column text, target_column text)
 RETURNS integer LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
@@ -35,6 +67,7 @@ BEGIN
         -- Not registered: model_info raises the usual error (or auto-registers the model).
         model_dim := (embed.model_info(model) ->> 'dim')::integer;
     END IF;
+    PERFORM embed._check_source(rel, model, source_column);
     IF target_typname IN ('vector', 'halfvec') THEN
         IF target_mod > 0 AND target_mod <> model_dim THEN
             RAISE EXCEPTION 'column "%" of relation % has % dimensions, but model "%" gives %',
@@ -69,6 +102,9 @@ DECLARE
     tgt text;
     new_text text;
     old_text text;
+    new_image bytea;
+    old_image bytea;
+    images boolean;
     target_null boolean;
     new_table name;
     old_table name;
@@ -91,8 +127,21 @@ BEGIN
             USING ERRCODE = 'object_not_in_prerequisite_state';
     END IF;
     PERFORM embed._check_target(TG_RELID, model, src, tgt);
+    images := embed._source_kind(TG_RELID, src) = 'image';
 
-    IF TG_LEVEL = 'ROW' THEN
+    IF TG_LEVEL = 'ROW' AND images THEN
+        EXECUTE format('SELECT ($1).%I, ($1).%I IS NULL', src, tgt) INTO new_image, target_null USING NEW;
+        IF TG_OP = 'UPDATE' THEN
+            EXECUTE format('SELECT ($1).%I', src) INTO old_image USING OLD;
+            IF new_image IS NOT DISTINCT FROM old_image AND (new_image IS NULL OR NOT target_null) THEN
+                RETURN NEW;
+            END IF;
+        END IF;
+        IF new_image IS NULL THEN
+            RETURN json_populate_record(NEW, json_build_object(tgt, NULL));
+        END IF;
+        RETURN json_populate_record(NEW, json_build_object(tgt, @extschema@.embed_image(model, new_image)));
+    ELSIF TG_LEVEL = 'ROW' THEN
         EXECUTE format('SELECT ($1).%I::text, ($1).%I IS NULL', src, tgt) INTO new_text, target_null USING NEW;
         IF TG_OP = 'UPDATE' THEN
             EXECUTE format('SELECT ($1).%I::text', src) INTO old_text USING OLD;
@@ -128,14 +177,16 @@ BEGIN
                   HINT = 'Add a primary key, or use it as a row trigger (BEFORE INSERT OR UPDATE ... FOR EACH ROW).';
     END IF;
     IF TG_OP = 'INSERT' THEN
-        changed := format('SELECT %s, n.%I::text AS "pg_embed source" FROM %I n WHERE n.%I IS NOT NULL OR n.%I IS NOT NULL',
-            (SELECT string_agg(format('n.%I', k), ', ') FROM unnest(keys) k), src, new_table, src, tgt);
+        changed := format('SELECT %s, n.%I%s AS "pg_embed source" FROM %I n WHERE n.%I IS NOT NULL OR n.%I IS NOT NULL',
+            (SELECT string_agg(format('n.%I', k), ', ') FROM unnest(keys) k), src,
+            CASE WHEN images THEN '' ELSE '::text' END, new_table, src, tgt);
     ELSE
         changed := format(
-            'SELECT %s, n.%I::text AS "pg_embed source" FROM %I n LEFT JOIN %I o ON %s
+            'SELECT %s, n.%I%s AS "pg_embed source" FROM %I n LEFT JOIN %I o ON %s
               WHERE (o.%I IS NULL OR n.%I IS DISTINCT FROM o.%I OR (n.%I IS NULL AND n.%I IS NOT NULL))
                 AND (n.%I IS NOT NULL OR n.%I IS NOT NULL)',
-            (SELECT string_agg(format('n.%I', k), ', ') FROM unnest(keys) k), src, new_table, old_table,
+            (SELECT string_agg(format('n.%I', k), ', ') FROM unnest(keys) k), src,
+            CASE WHEN images THEN '' ELSE '::text' END, new_table, old_table,
             (SELECT string_agg(format('o.%1$I = n.%1$I', k), ' AND ') FROM unnest(keys) k),
             keys[1], src, src, tgt, src, src, tgt);
     END IF;
@@ -147,10 +198,10 @@ BEGIN
     EXECUTE format(
         'WITH c AS MATERIALIZED (SELECT s.*, row_number() OVER () AS "pg_embed ord" FROM (%s) s),
               v AS (SELECT e.vec, e.ord
-                      FROM @extschema@.embed($1, ARRAY(SELECT "pg_embed source" FROM c ORDER BY "pg_embed ord"))
+                      FROM @extschema@.%s($1, ARRAY(SELECT "pg_embed source" FROM c ORDER BY "pg_embed ord"))
                            WITH ORDINALITY AS e(vec, ord))
          UPDATE %s t SET %I = v.vec FROM c JOIN v ON v.ord = c."pg_embed ord" WHERE %s',
-        changed, TG_RELID::regclass, tgt,
+        changed, CASE WHEN images THEN 'embed_image' ELSE 'embed' END, TG_RELID::regclass, tgt,
         (SELECT string_agg(format('t.%1$I = c.%1$I', k), ' AND ') FROM unnest(keys) k))
         USING model;
     RETURN NULL;
@@ -238,6 +289,8 @@ DECLARE
     elapsed float8;
     ids tid[];
     texts text[];
+    images bytea[];
+    is_image boolean;
     after_tid tid := '(0,0)';
     window_start bigint := 0;
     window_blocks bigint;
@@ -250,6 +303,7 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     PERFORM embed._check_target(tbl, model, source_column, target_column);
+    is_image := embed._source_kind(tbl, source_column) = 'image';
     EXECUTE format('SELECT count(*) FROM %s WHERE %I IS NULL AND %I IS NOT NULL', tbl, target_column, source_column)
         INTO total;
     run := embed._backfill_start(tbl, source_column, target_column, model, batch_size, total);
@@ -263,32 +317,45 @@ BEGIN
     SELECT greatest(1, ceil(4.0 * batch_size / greatest(c.reltuples / greatest(c.relpages, 1), 1)))::bigint
       INTO window_blocks FROM pg_class c WHERE c.oid = tbl;
     select_batch := format(
-        'SELECT array_agg(ctid ORDER BY ctid), array_agg(%1$I::text ORDER BY ctid)
+        'SELECT array_agg(ctid ORDER BY ctid), array_agg(%1$I%4$s ORDER BY ctid)
            FROM (SELECT ctid, %1$I FROM %2$s
                   WHERE ctid > $1 AND ctid < $2 AND %3$I IS NULL AND %1$I IS NOT NULL
                   ORDER BY ctid LIMIT $3) s',
-        source_column, tbl, target_column);
+        source_column, tbl, target_column, CASE WHEN is_image THEN '' ELSE '::text' END);
     update_batch := format(
         'UPDATE %s t SET %I = v.vec
            FROM unnest($1::tid[]) WITH ORDINALITY AS k(id, ord)
-           JOIN @extschema@.embed($2, $3) WITH ORDINALITY AS v(vec, ord) USING (ord)
+           JOIN @extschema@.%s($2, $3) WITH ORDINALITY AS v(vec, ord) USING (ord)
           WHERE t.ctid = k.id AND t.%I IS NULL',
-        tbl, target_column, target_column);
+        tbl, target_column, CASE WHEN is_image THEN 'embed_image' ELSE 'embed' END, target_column);
     LOOP
         -- The last window is open-ended: it also takes rows added since the run started.
-        EXECUTE select_batch INTO ids, texts
-            USING after_tid,
-                  CASE WHEN window_start + window_blocks < pages
-                       THEN format('(%s,0)', window_start + window_blocks)::tid
-                       ELSE '(4294967295,65535)'::tid END,
-                  batch_size;
+        IF is_image THEN
+            EXECUTE select_batch INTO ids, images
+                USING after_tid,
+                      CASE WHEN window_start + window_blocks < pages
+                           THEN format('(%s,0)', window_start + window_blocks)::tid
+                           ELSE '(4294967295,65535)'::tid END,
+                      batch_size;
+        ELSE
+            EXECUTE select_batch INTO ids, texts
+                USING after_tid,
+                      CASE WHEN window_start + window_blocks < pages
+                           THEN format('(%s,0)', window_start + window_blocks)::tid
+                           ELSE '(4294967295,65535)'::tid END,
+                      batch_size;
+        END IF;
         IF ids IS NULL THEN
             EXIT WHEN window_start + window_blocks >= pages;
             window_start := window_start + window_blocks;
             after_tid := format('(%s,0)', window_start)::tid;
             CONTINUE;
         END IF;
-        EXECUTE update_batch USING ids, model, texts;
+        IF is_image THEN
+            EXECUTE update_batch USING ids, model, images;
+        ELSE
+            EXECUTE update_batch USING ids, model, texts;
+        END IF;
         GET DIAGNOSTICS n = ROW_COUNT;
         done := done + n;
         after_tid := ids[array_length(ids, 1)];
@@ -326,3 +393,30 @@ BEGIN
 END
 $$;
 CREATE EVENT TRIGGER embed_preload ON login EXECUTE FUNCTION embed._preload_on_login();
+
+-- CREATE TRIGGER ... EXECUTE FUNCTION embed.embed_trigger(model, source, target) on a source
+-- column the model cannot embed (a bytea column for a model of text, a text column for a
+-- model of images) is refused when the trigger is created, not at its first row.
+CREATE FUNCTION embed._check_new_triggers() RETURNS event_trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    t record;
+    args text[];
+BEGIN
+    FOR t IN SELECT tr.tgrelid, tr.tgnargs, tr.tgargs
+               FROM pg_event_trigger_ddl_commands() c
+               JOIN pg_trigger tr ON tr.oid = c.objid
+              WHERE c.classid = 'pg_trigger'::regclass AND tr.tgfoid = 'embed.embed_trigger'::regproc
+    LOOP
+        CONTINUE WHEN t.tgnargs <> 3;
+        -- tgargs: each argument followed by a NUL byte (escape encoding shows it as \000 and
+        -- doubles backslashes).
+        SELECT array_agg(replace(a, '\\', '\') ORDER BY n) INTO args
+          FROM unnest(string_to_array(encode(t.tgargs, 'escape'), '\000')) WITH ORDINALITY AS x(a, n)
+         WHERE n <= 3;
+        PERFORM embed._check_source(t.tgrelid, args[1], args[2]);
+    END LOOP;
+END
+$$;
+CREATE EVENT TRIGGER embed_check_trigger ON ddl_command_end WHEN TAG IN ('CREATE TRIGGER')
+    EXECUTE FUNCTION embed._check_new_triggers();

@@ -77,12 +77,13 @@ pub fn upsert(
         client
             .update(
                 "INSERT INTO embed.models (name, source, options, task, architecture, dim, max_length, revision,
-                                           resolved_revision, file_sha256, registered_by)
+                                           resolved_revision, file_sha256, registered_by, modality, preprocessing)
                  VALUES ($1, $2, $3, $4, $5, $6, $7, pg_catalog.nextval('embed.model_revision'), $8, $9,
-                         $10::text::name)
+                         $10::text::name, $11, $12)
                  ON CONFLICT (name) DO UPDATE SET
                     source = EXCLUDED.source, options = EXCLUDED.options, task = EXCLUDED.task,
                     architecture = EXCLUDED.architecture, dim = EXCLUDED.dim,
+                    modality = EXCLUDED.modality, preprocessing = EXCLUDED.preprocessing,
                     max_length = EXCLUDED.max_length, revision = EXCLUDED.revision,
                     resolved_revision = EXCLUDED.resolved_revision, file_sha256 = EXCLUDED.file_sha256,
                     registered_at = pg_catalog.now(), registered_by = EXCLUDED.registered_by
@@ -95,10 +96,12 @@ pub fn upsert(
                     info.task.into(),
                     info.architecture.into(),
                     (info.dim as i32).into(),
-                    (info.max_length as i32).into(),
+                    (info.max_length > 0).then_some(info.max_length as i32).into(),
                     pin.map(|p| p.commit.clone()).into(),
                     files.into(),
                     registered_by.into(),
+                    info.modality.name().into(),
+                    info.preprocessing.clone().map(JsonB).into(),
                 ],
             )?
             .first()

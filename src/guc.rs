@@ -12,6 +12,8 @@ static ALLOW_DOWNLOAD: GucSetting<bool> = GucSetting::<bool>::new(false);
 static AUTO_REGISTER: GucSetting<bool> = GucSetting::<bool>::new(false);
 static PRELOAD: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
 static MAX_MODEL_SIZE: GucSetting<i32> = GucSetting::<i32>::new(4096);
+/// Pillow's `Image.MAX_IMAGE_PIXELS`.
+static MAX_IMAGE_PIXELS: GucSetting<i32> = GucSetting::<i32>::new(89_478_485);
 
 /// Padded tokens per forward pass of the array and rerank forms: bounds activation memory
 /// (for a 12-layer, 384-wide model about 10 MB of activations per 1,000 tokens at short
@@ -81,6 +83,16 @@ pub fn register() {
         GucContext::Suset,
         GucFlags::UNIT_MB,
     );
+    GucRegistry::define_int_guc(
+        c"pg_embed.max_image_pixels",
+        c"Largest image (width x height) embed_image and classify_image decode.",
+        c"Checked from the image's header before it is decoded, so a decompression bomb is an ERROR that allocates nothing. The default is Pillow's limit. Superuser only.",
+        &MAX_IMAGE_PIXELS,
+        1,
+        i32::MAX,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
     GucRegistry::define_string_guc(
         c"pg_embed.preload",
         c"Registered models (comma-separated) that a session loads when it starts.",
@@ -94,6 +106,11 @@ pub fn register() {
 /// `pg_embed.max_model_size` in MB; `None` when 0 (no limit).
 pub fn max_model_size_mb() -> Option<u64> {
     u64::try_from(MAX_MODEL_SIZE.get()).ok().filter(|&mb| mb > 0)
+}
+
+/// `pg_embed.max_image_pixels`.
+pub fn max_image_pixels() -> u64 {
+    MAX_IMAGE_PIXELS.get().max(1) as u64
 }
 
 /// `pg_embed.hf_cache`, or "" when unset.

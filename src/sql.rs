@@ -187,6 +187,71 @@ fn rerank(
     TableIterator::new(scored)
 }
 
+/// Checks for cancel and statement_timeout, between batches.
+fn interrupts() -> Result<()> {
+    pgrx::check_for_interrupts!();
+    Ok(())
+}
+
+/// `images` (image files: PNG, JPEG, WebP, GIF, BMP, TIFF) through an image model, batched
+/// under `pg_embed.max_batch_tokens` (patches count as tokens), refusing any larger than
+/// `pg_embed.max_image_pixels` from its header.
+fn run_images(
+    pipeline: &Pipeline,
+    images: &[&[u8]],
+    classify: bool,
+) -> Vec<Vec<f32>> {
+    let (pixels, tokens, threads) = (guc::max_image_pixels(), guc::max_batch_tokens(), guc::threads());
+    if classify {
+        pipeline.classify_images(images, pixels, tokens, threads, interrupts)
+    } else {
+        pipeline.embed_images(images, pixels, tokens, threads, interrupts)
+    }
+    .or_raise()
+}
+
+/// `embed_image(model, image)`: the image's embedding as `real[]`; on a CLIP model in the
+/// same space as `embed(model, text)`.
+#[pg_extern(immutable, strict, parallel_safe)]
+fn embed_image(model: &str, image: &[u8]) -> Vec<f32> {
+    let (pipeline, _) = cache::get(model).or_raise();
+    let mut out = run_images(&pipeline, &[image], false);
+    out.pop().unwrap_or_else(|| raise(Error::Inference("no output for the image".into())))
+}
+
+/// `embed_image(model, images bytea[])`: one row per image, in input order (a NULL element
+/// gives a NULL row), in batches with cancel checked between them.
+#[pg_extern(immutable, strict, parallel_safe, name = "embed_image")]
+fn embed_image_array(model: &str, images: pgrx::Array<&[u8]>) -> SetOfIterator<'static, Option<Vec<f32>>> {
+    let (pipeline, _) = cache::get(model).or_raise();
+    let all: Vec<Option<&[u8]>> = images.iter().collect();
+    let present: Vec<&[u8]> = all.iter().flatten().copied().collect();
+    let mut vectors = run_images(&pipeline, &present, false).into_iter();
+    let rows: Vec<Option<Vec<f32>>> = all.iter().map(|image| image.and_then(|_| vectors.next())).collect();
+    SetOfIterator::new(rows)
+}
+
+/// `classify_image(model, image)`: the raw logits of an image-classification model.
+#[pg_extern(immutable, strict, parallel_safe)]
+fn classify_image(model: &str, image: &[u8]) -> Vec<f32> {
+    let (pipeline, _) = cache::get(model).or_raise();
+    let mut out = run_images(&pipeline, &[image], true);
+    out.pop().unwrap_or_else(|| raise(Error::Inference("no output for the image".into())))
+}
+
+/// `classify_image_labels(model, image)`: (label, score) best first, scored as
+/// `classify_labels` scores text.
+#[pg_extern(immutable, strict, parallel_safe)]
+fn classify_image_labels(
+    model: &str,
+    image: &[u8],
+) -> TableIterator<'static, (name!(label, String), name!(score, f32))> {
+    let (pipeline, _) = cache::get(model).or_raise();
+    let classifier = pipeline.classifier().or_raise();
+    let logits = run_images(&pipeline, &[image], true);
+    TableIterator::new(logits.first().map(|l| classifier.scores(l)).unwrap_or_default())
+}
+
 /// Test builds only (`pg_test` feature): panics on the backend's thread, on a compute
 /// thread, or in one chunk of a team step, to show that a panic anywhere becomes an ERROR of
 /// the statement and the session goes on.

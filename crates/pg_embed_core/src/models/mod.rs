@@ -64,11 +64,12 @@ impl Modality {
         self != Modality::Text
     }
 
+    /// As embed.models and embed.model_info show it: text, image or both.
     pub fn name(self) -> &'static str {
         match self {
             Modality::Text => "text",
             Modality::Image => "image",
-            Modality::Both => "text and image",
+            Modality::Both => "both",
         }
     }
 }
