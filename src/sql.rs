@@ -27,6 +27,8 @@ fn sqlerrcode(state: SqlState) -> PgSqlErrorCode {
         SqlState::DataException => ERRCODE_DATA_EXCEPTION,
         SqlState::WrongObjectType => ERRCODE_WRONG_OBJECT_TYPE,
         SqlState::InternalError => ERRCODE_INTERNAL_ERROR,
+        SqlState::InvalidBinaryRepresentation => ERRCODE_INVALID_BINARY_REPRESENTATION,
+        SqlState::DatatypeMismatch => ERRCODE_DATATYPE_MISMATCH,
     }
 }
 
