@@ -27,6 +27,7 @@ fn sqlerrcode(state: SqlState) -> PgSqlErrorCode {
         SqlState::DataException => ERRCODE_DATA_EXCEPTION,
         SqlState::WrongObjectType => ERRCODE_WRONG_OBJECT_TYPE,
         SqlState::InternalError => ERRCODE_INTERNAL_ERROR,
+        SqlState::InvalidBinaryRepresentation => ERRCODE_INVALID_BINARY_REPRESENTATION,
         SqlState::DatatypeMismatch => ERRCODE_DATATYPE_MISMATCH,
     }
 }
@@ -196,11 +197,7 @@ fn interrupts() -> Result<()> {
 /// `images` (image files: PNG, JPEG, WebP, GIF, BMP, TIFF) through an image model, batched
 /// under `pg_embed.max_batch_tokens` (patches count as tokens), refusing any larger than
 /// `pg_embed.max_image_pixels` from its header.
-fn run_images(
-    pipeline: &Pipeline,
-    images: &[&[u8]],
-    classify: bool,
-) -> Vec<Vec<f32>> {
+fn run_images(pipeline: &Pipeline, images: &[&[u8]], classify: bool) -> Vec<Vec<f32>> {
     let (pixels, tokens, threads) = (guc::max_image_pixels(), guc::max_batch_tokens(), guc::threads());
     if classify {
         pipeline.classify_images(images, pixels, tokens, threads, interrupts)

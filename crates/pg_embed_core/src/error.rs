@@ -36,6 +36,8 @@ pub enum SqlState {
     WrongObjectType,
     /// XX000 internal_error
     InternalError,
+    /// 22P03 invalid_binary_representation
+    InvalidBinaryRepresentation,
     /// 42804 datatype_mismatch
     DatatypeMismatch,
 }
@@ -123,14 +125,33 @@ pub enum Error {
     #[error("could not download \"{repo}\" from the Hugging Face hub: {message}")]
     HubDownload { repo: String, message: String },
 
-    #[error("this model takes {model}, not {call}")]
-    WrongModality { model: &'static str, call: &'static str },
-
-    #[error("empty image")]
-    EmptyImage,
-
     #[error("model file \"{}\" does not match its registration: sha256 {actual}, registered {expected}", path.display())]
     ChecksumMismatch { path: PathBuf, expected: String, actual: String },
+
+    /// The bytes are no image of a supported format, or a damaged one: the decoder's reason.
+    #[error("could not decode image: {reason}")]
+    ImageDecode { reason: String },
+
+    /// The image's header claims more pixels than pg_embed.max_image_pixels allows.
+    #[error("image of {width}x{height} pixels is larger than pg_embed.max_image_pixels ({limit} pixels)")]
+    ImageTooLarge { width: u64, height: u64, limit: u64 },
+
+    /// Zero bytes, or an image of zero width or height.
+    #[error("image is empty")]
+    EmptyImage,
+
+    /// A text input for an image model or an image for a text model; `model` and `call` are
+    /// each "text" or "image": what the model takes and what the call passed.
+    #[error("this model takes {}, not {}", modality_noun(model), modality_noun(call))]
+    WrongModality { model: &'static str, call: &'static str },
+}
+
+/// "text" or "images", for [`Error::WrongModality`]'s message.
+fn modality_noun(kind: &str) -> &str {
+    match kind {
+        "image" => "images",
+        other => other,
+    }
 }
 
 impl Error {
@@ -159,8 +180,9 @@ impl Error {
             WrongTask { .. } | NotACrossEncoder { .. } => SqlState::WrongObjectType,
             NullArgument { .. } | NullElement { .. } => SqlState::NullValueNotAllowed,
             Inference(_) | Catalog(_) => SqlState::InternalError,
+            ImageDecode { .. } | EmptyImage => SqlState::InvalidBinaryRepresentation,
+            ImageTooLarge { .. } => SqlState::ProgramLimitExceeded,
             WrongModality { .. } => SqlState::DatatypeMismatch,
-            EmptyImage => SqlState::DataException,
         }
     }
 
@@ -208,6 +230,10 @@ impl Error {
                     .into(),
             ),
             WrongTask { .. } => Some("classify(), classify_labels() and rerank() need a *ForSequenceClassification checkpoint.".into()),
+            ImageTooLarge { .. } => Some(
+                "The limit guards against decompression bombs. Scale the image down, or let a superuser raise pg_embed.max_image_pixels."
+                    .into(),
+            ),
             _ => None,
         }
     }

@@ -225,3 +225,93 @@ fn golden_marks_resized_images() {
     assert_eq!(vit.images["exact_32x32.png"].resized, Some(false));
     assert_eq!(vit.images["rgb_40x30.png"].resized, Some(true));
 }
+
+/// Image file -> vector, the whole way: decode, the image processor, the model. Where the
+/// processor resizes, its pixels are Pillow's to within one 8-bit level (tests/processor.rs)
+/// and a level is 1/255 / std in the normalised pixels: the outputs of these tiny random
+/// models then move by up to the bound below; without a resize the pixels are exact and the
+/// outputs are the model's own parity.
+#[test]
+fn end_to_end_from_image_files() {
+    let golden = golden();
+    let cases: [(&str, &str, serde_json::Value, bool); 6] = [
+        ("vit", "cls", serde_json::json!({}), false),
+        ("vit", "pooler", serde_json::json!({"pooling": "pooler"}), false),
+        ("vit_classify", "logits", serde_json::json!({}), true),
+        ("clip", "image_embeds", serde_json::json!({}), false),
+        ("dinov2", "cls", serde_json::json!({}), false),
+        ("dinov2_nocrop", "mean", serde_json::json!({"pooling": "mean"}), false),
+    ];
+    for (model, key, options, classify) in cases {
+        let p = load(model, options);
+        let (mut exact_worst, mut resized_worst, mut resized_cos) = (0f32, 0f32, 1f32);
+        let fx = &golden.models[model];
+        let mut files = Vec::new();
+        // The bad inputs have no outputs (bad_image_files_are_clear_errors).
+        for (file, image) in fx.images.iter().filter(|(_, i)| i.outputs.contains_key(key)) {
+            let bytes = std::fs::read(dir().join("inputs").join(file)).unwrap();
+            let got = if classify {
+                p.classify_images(&[&bytes], 1 << 26, 1 << 20, 1, || Ok(()))
+            } else {
+                p.embed_images(&[&bytes], 1 << 26, 1 << 20, 1, || Ok(()))
+            }
+            .unwrap_or_else(|e| panic!("{model} {file}: {e}"));
+            let want = output(image, key);
+            let cos = cosine(&got[0], &want);
+            if image.resized == Some(false) {
+                exact_worst =
+                    exact_worst.max(assert_close(&got[0], &want, &format!("{model} {file} (no resize)")));
+            } else {
+                assert!(cos >= RESIZED_COSINE_MIN, "{model} {file}: cosine {cos}");
+                resized_worst = resized_worst.max(max_abs_diff(&got[0], &want));
+                resized_cos = resized_cos.min(cos);
+            }
+            files.push(bytes);
+        }
+        // All of them in one call (batched) give the same as one at a time.
+        let refs: Vec<&[u8]> = files.iter().map(Vec::as_slice).collect();
+        let together = if classify {
+            p.classify_images(&refs, 1 << 26, 64, 2, || Ok(()))
+        } else {
+            p.embed_images(&refs, 1 << 26, 64, 2, || Ok(()))
+        }
+        .unwrap();
+        assert_eq!(together.len(), files.len());
+        for (bytes, row) in refs.iter().zip(&together) {
+            let alone = if classify {
+                p.classify_images(&[bytes], 1 << 26, 1 << 20, 1, || Ok(()))
+            } else {
+                p.embed_images(&[bytes], 1 << 26, 1 << 20, 1, || Ok(()))
+            }
+            .unwrap();
+            assert!(max_abs_diff(&alone[0], row) <= 1e-5, "{model}: batched differs from single");
+        }
+        eprintln!(
+            "{model} {key}: {} files; no resize: max abs diff {exact_worst:.2e}; resized: max abs diff {resized_worst:.2e}, min cosine {resized_cos:.6}",
+            files.len()
+        );
+    }
+}
+
+/// See `end_to_end_from_image_files`.
+const RESIZED_COSINE_MIN: f32 = 0.999;
+
+#[test]
+fn bad_image_files_are_clear_errors() {
+    use pg_embed_core::error::SqlState;
+    let p = load("vit", serde_json::json!({}));
+    for (file, state) in [
+        ("not_an_image.bin", SqlState::InvalidBinaryRepresentation),
+        ("truncated.png", SqlState::InvalidBinaryRepresentation),
+        ("empty.bin", SqlState::InvalidBinaryRepresentation),
+    ] {
+        let bytes = std::fs::read(dir().join("inputs").join(file)).unwrap();
+        let err = p.embed_images(&[&bytes], 1 << 26, 1 << 20, 1, || Ok(())).unwrap_err();
+        assert_eq!(err.sqlstate(), state, "{file}: {err}");
+    }
+    // Over the pixel limit: refused from the header.
+    let bytes = std::fs::read(dir().join("inputs/large_300x200.png")).unwrap();
+    let err = p.embed_images(&[&bytes], 300 * 200 - 1, 1 << 20, 1, || Ok(())).unwrap_err();
+    assert_eq!(err.sqlstate(), SqlState::ProgramLimitExceeded, "{err}");
+    assert!(err.to_string().contains("300x200"), "{err}");
+}

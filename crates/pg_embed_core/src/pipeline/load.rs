@@ -105,11 +105,7 @@ impl Pipeline {
 
         let text =
             if modality.takes_text() { Some(load_text(bdir, &config, &layout, options)?) } else { None };
-        let images = if modality.takes_images() {
-            Some(ImageProcessor::load(&bdir.join("preprocessor_config.json"))?)
-        } else {
-            None
-        };
+        let images = if modality.takes_images() { Some(load_image_processor(bdir)?) } else { None };
         if modality == Modality::Both && pooling != [PoolingMode::Pooler] {
             return Err(Error::InvalidOptions(format!(
                 "a model of text and images embeds both through its projections: pooling must be \"pooler\", not {:?}",
@@ -340,4 +336,23 @@ fn load_text(
 
     let text = Text { tokenizer, untruncated, lowercase, prompts, default_prompt, include_prompt };
     Ok((text, max_length, prompt_texts))
+}
+
+/// The image processor of a model directory: preprocessor_config.json as transformers saves
+/// it, or the `image_processor` of processor_config.json as sentence-transformers 6 saves a
+/// CLIP model's processor.
+fn load_image_processor(bdir: &Path) -> Result<ImageProcessor> {
+    let preprocessor = bdir.join("preprocessor_config.json");
+    if preprocessor.exists() {
+        return ImageProcessor::load(&preprocessor);
+    }
+    let processor = bdir.join("processor_config.json");
+    match crate::st::read_json_opt::<serde_json::Value>(&processor)? {
+        Some(serde_json::Value::Object(mut config)) => match config.remove("image_processor") {
+            Some(serde_json::Value::Object(image)) => ImageProcessor::from_config(&image, &processor),
+            _ => Err(Error::invalid_file(&processor, "no \"image_processor\" object")),
+        },
+        Some(_) => Err(Error::invalid_file(&processor, "not a JSON object")),
+        None => Err(Error::MissingFile { path: preprocessor }),
+    }
 }

@@ -119,12 +119,12 @@ pub struct Pipeline {
 impl Pipeline {
     /// The text input stage; an error for an image model.
     fn text(&self) -> Result<&Text> {
-        self.input.text.as_ref().ok_or(Error::WrongModality { model: "images", call: "text" })
+        self.input.text.as_ref().ok_or(Error::WrongModality { model: "image", call: "text" })
     }
 
     /// The image input stage; an error for a text model.
     fn image_processor(&self) -> Result<&ImageProcessor> {
-        self.input.images.as_ref().ok_or(Error::WrongModality { model: "text", call: "images" })
+        self.input.images.as_ref().ok_or(Error::WrongModality { model: "text", call: "image" })
     }
 
     /// What the model takes: text, images or both.
