@@ -1,7 +1,9 @@
 //! `#[pg_test]`s for the SQL surface: run inside a real backend by `cargo pgrx test`.
 //! `surface`: the inference functions, registration, options, classify and rerank;
-//! `operations`: the cache, long inputs and chunks, privileges, the hub cache, failures.
+//! `operations`: the cache, long inputs and chunks, privileges, the hub cache, failures;
+//! `images`: the image functions.
 
+mod images;
 mod operations;
 mod surface;
 
