@@ -15,7 +15,7 @@
 //! A `*ImageProcessorFast` (torchvision) configuration is read too, and processed as its PIL
 //! counterpart: the PIL backend is the reference this module reproduces.
 
-mod decode;
+pub mod decode;
 pub mod resize;
 
 use std::path::Path;
@@ -277,11 +277,18 @@ impl ImageProcessor {
             let size = get("crop_size")
                 .or(defaults.crop_size.as_ref())
                 .ok_or_else(|| invalid("do_center_crop without a crop_size".into()))?;
-            // transformers reads an integer crop_size as a square (get_size_dict's default).
+            // transformers reads an integer crop_size as a square (get_size_dict's default);
+            // its center_crop needs a height and a width.
             match parse_size(size, true, "crop_size") {
                 Ok(Size::Exact { height, width }) => Some((height, width)),
-                Ok(Size::ShortestEdge(_)) => unreachable!("a square crop_size is exact"),
                 Err(SizeError::Invalid(m)) => return Err(invalid(m)),
+                Ok(Size::ShortestEdge(_)) => {
+                    return Err(unsupported(
+                        "crop size",
+                        size.to_string(),
+                        "{\"height\", \"width\"}, an integer or [height, width]",
+                    ))
+                }
                 Err(SizeError::Unsupported(v)) => {
                     return Err(unsupported(
                         "crop size",
@@ -582,6 +589,9 @@ mod tests {
             .contains("do_resize"));
         assert!(message(json!({"image_processor_type": "ViTImageProcessor", "do_center_crop": true}))
             .contains("crop_size"));
+        let edge_crop =
+            json!({"image_processor_type": "CLIPImageProcessor", "crop_size": {"shortest_edge": 5}});
+        assert!(message(edge_crop).contains("shortest_edge"));
     }
 
     #[test]

@@ -11,13 +11,20 @@
 //! Nearest neighbour follows `Geometry.c`'s `ImagingScaleAffine` (source positions
 //! accumulated in double precision). This is Pillow 13.0's `Resample.c`.
 //!
+//! Output rows are computed in parallel (rayon), which changes no value.
+//!
 //! Why not `fast_image_resize`: it ports Pillow-SIMD, whose 8-bit path keeps coefficients in
-//! 16 bits (at most 15 bits of precision) where Pillow keeps 22, and runs the vertical pass
-//! first; both round differently from Pillow, so about one resized value in a few hundred
-//! comes out one step off (see the processor tests). No crate reproduces Pillow's own
-//! arithmetic, so the ~150 lines below do.
+//! 16 bits (at most 15 bits of precision) where Pillow keeps 22, runs the vertical pass
+//! first, and trims zero weights from the box filter's windows. Measured against Pillow
+//! 13 on 8-bit RGB (bilinear, bicubic, lanczos, hamming, box; 100x150 to 1300x977 images,
+//! up and down): 13% to 26% of the resized values differ, by up to 21 steps when enlarging;
+//! with the passes forced into Pillow's order (two single-axis resizes) still 0.2% to 0.7%
+//! differ by 1 or 2, and 13% for box. No crate reproduces Pillow's own arithmetic, so the
+//! ~200 lines below do, and match Pillow exactly.
 
 use std::ops::Range;
+
+use rayon::prelude::*;
 
 use super::Rgb8;
 
@@ -329,7 +336,7 @@ fn horizontal_pass(image: &Rgb8, coeffs: &Coefficients, rows: Range<usize>, col_
     let out_width = coeffs.start.len();
     let mut data = vec![0u8; out_width * rows.len() * 3];
     let in_row_len = image.width * 3;
-    for (y, out_row) in rows.clone().zip(data.chunks_exact_mut(out_width * 3)) {
+    data.par_chunks_exact_mut(out_width * 3).zip(rows.clone().into_par_iter()).for_each(|(out_row, y)| {
         let row = &image.data[y * in_row_len..(y + 1) * in_row_len];
         for (xx, out) in out_row.chunks_exact_mut(3).enumerate() {
             let start = coeffs.start[xx] - col_offset;
@@ -342,7 +349,7 @@ fn horizontal_pass(image: &Rgb8, coeffs: &Coefficients, rows: Range<usize>, col_
             }
             out.copy_from_slice(&[clip8(sum[0]), clip8(sum[1]), clip8(sum[2])]);
         }
-    }
+    });
     Rgb8 { width: out_width, height: rows.len(), data }
 }
 
@@ -353,7 +360,7 @@ fn vertical_pass(image: &Rgb8, coeffs: &Coefficients, row_offset: usize, cols: R
     let in_row_len = image.width * 3;
     let out_row_len = cols.len() * 3;
     let mut data = vec![0u8; out_row_len * out_height];
-    for (yy, out_row) in data.chunks_exact_mut(out_row_len).enumerate() {
+    data.par_chunks_exact_mut(out_row_len).enumerate().for_each(|(yy, out_row)| {
         let start = coeffs.start[yy] - row_offset;
         let weights = coeffs.weights(yy);
         for (i, out) in out_row.iter_mut().enumerate() {
@@ -364,7 +371,7 @@ fn vertical_pass(image: &Rgb8, coeffs: &Coefficients, row_offset: usize, cols: R
             }
             *out = clip8(sum);
         }
-    }
+    });
     Rgb8 { width: cols.len(), height: out_height, data }
 }
 
