@@ -535,3 +535,25 @@ proptest! {
         let _ = clip().preprocess(&bytes, 1 << 20);
     }
 }
+
+/// An animated GIF gives its first frame, as `PIL.Image.open` does.
+#[test]
+fn an_animated_gif_gives_its_first_frame() {
+    let frame = |shade: u8| {
+        image::RgbaImage::from_fn(12, 9, |x, y| image::Rgba([shade, (x * 20) as u8, (y * 25) as u8, 255]))
+    };
+    let mut animated = Vec::new();
+    {
+        let mut encoder = image::codecs::gif::GifEncoder::new(&mut animated);
+        for shade in [10, 200, 90] {
+            encoder.encode_frame(image::Frame::new(frame(shade))).unwrap();
+        }
+    }
+    let mut still = Vec::new();
+    image::codecs::gif::GifEncoder::new(&mut still).encode_frame(image::Frame::new(frame(10))).unwrap();
+    let processor = clip();
+    assert_eq!(
+        processor.preprocess(&animated, MAX_PIXELS).unwrap(),
+        processor.preprocess(&still, MAX_PIXELS).unwrap()
+    );
+}
