@@ -6,7 +6,7 @@
 //! normalised in double precision and then rounded to 22-bit fixed point, two passes with an
 //! 8-bit intermediate image, each sum started at half a unit and clipped to 0..=255. The
 //! passes run in Pillow 13's order: horizontal first, unless the height shrinks by more
-//! than twice as many pixels as the width (then vertical first; Pillow before 11.2 always
+//! than twice as many pixels as the width (then vertical first; older Pillow releases always
 //! ran horizontal first, which differs by one step in a few pixels of such images).
 //! Nearest neighbour follows `Geometry.c`'s `ImagingScaleAffine` (source positions
 //! accumulated in double precision). This is Pillow 13.0's `Resample.c`.
