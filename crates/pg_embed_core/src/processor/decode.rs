@@ -28,7 +28,7 @@ use crate::error::{Error, Result};
 pub const FORMATS: &str = "PNG, JPEG, WebP, GIF, BMP, TIFF";
 
 /// `bytes` decoded and converted to RGB. `max_pixels` bounds width times height (0: no
-/// bound).
+/// bound but the decoder's own allocation limit).
 pub fn decode_rgb(bytes: &[u8], max_pixels: u64) -> Result<Rgb8> {
     if bytes.is_empty() {
         return Err(Error::EmptyImage);
@@ -63,11 +63,15 @@ pub fn decode_rgb(bytes: &[u8], max_pixels: u64) -> Result<Rgb8> {
     if max_pixels > 0 && width * height > max_pixels {
         return Err(Error::ImageTooLarge { width, height, limit: max_pixels });
     }
+    // The second guard: no larger than the header said, and no more memory than its pixels
+    // need in the largest pixel type (16-bit RGBA) plus the decoders' working buffers. With
+    // no pixel limit, the image crate's default allocation limit (512 MiB) stays.
     let mut limits = Limits::default();
     limits.max_image_width = Some(width as u32);
     limits.max_image_height = Some(height as u32);
-    // Room for the largest pixel type (16-bit RGBA) plus the decoders' working buffers.
-    limits.max_alloc = Some(width * height * 8 + (64 << 20));
+    if max_pixels > 0 {
+        limits.max_alloc = Some(width * height * 8 + (64 << 20));
+    }
     let image = reader(limits).decode().map_err(decode_error)?;
     to_rgb(image)
 }

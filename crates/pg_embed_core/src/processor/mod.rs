@@ -15,7 +15,7 @@
 //! A `*ImageProcessorFast` (torchvision) configuration is read too, and processed as its PIL
 //! counterpart: the PIL backend is the reference this module reproduces.
 
-mod decode;
+pub mod decode;
 pub mod resize;
 
 use std::path::Path;
@@ -170,13 +170,19 @@ pub struct ImageProcessor {
 const MAX_SIDE: usize = 1 << 16;
 
 impl ImageProcessor {
-    /// Reads the preprocessor_config.json at `path`.
+    /// Reads the preprocessor_config.json at `path`, or a processor_config.json that nests
+    /// it under `image_processor` (as sentence-transformers saves CLIP).
     pub fn load(path: &Path) -> Result<Self> {
         let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
         let config: Value = serde_json::from_slice(&bytes).map_err(|e| Error::invalid_file(path, e))?;
-        let Value::Object(config) = config else {
+        let Value::Object(mut config) = config else {
             return Err(Error::invalid_file(path, "not a JSON object"));
         };
+        if !config.contains_key("image_processor_type") && !config.contains_key("feature_extractor_type") {
+            if let Some(Value::Object(nested)) = config.remove("image_processor") {
+                config = nested;
+            }
+        }
         Self::from_config(&config, path)
     }
 
@@ -258,7 +264,7 @@ impl ImageProcessor {
                     unsupported(
                         "resample",
                         v.to_string(),
-                        "0 (nearest), 1 (lanczos), 2 (bilinear), 3 (bicubic), 4 (box), 5 (hamming)",
+                        "0 (nearest), 1 (lanczos), 2 (bilinear), 3 (bicubic), 4 (box), 5 (hamming), 6 (mks2013), 7 (mks2021)",
                     )
                 })?,
             };
@@ -271,11 +277,18 @@ impl ImageProcessor {
             let size = get("crop_size")
                 .or(defaults.crop_size.as_ref())
                 .ok_or_else(|| invalid("do_center_crop without a crop_size".into()))?;
-            // transformers reads an integer crop_size as a square (get_size_dict's default).
+            // transformers reads an integer crop_size as a square (get_size_dict's default);
+            // its center_crop needs a height and a width.
             match parse_size(size, true, "crop_size") {
                 Ok(Size::Exact { height, width }) => Some((height, width)),
-                Ok(Size::ShortestEdge(_)) => unreachable!("a square crop_size is exact"),
                 Err(SizeError::Invalid(m)) => return Err(invalid(m)),
+                Ok(Size::ShortestEdge(_)) => {
+                    return Err(unsupported(
+                        "crop size",
+                        size.to_string(),
+                        "{\"height\", \"width\"}, an integer or [height, width]",
+                    ))
+                }
                 Err(SizeError::Unsupported(v)) => {
                     return Err(unsupported(
                         "crop size",
@@ -384,6 +397,12 @@ impl ImageProcessor {
             }
         };
         Plan { resized, output, offset: (offset(resized.0, output.0), offset(resized.1, output.1)) }
+    }
+
+    /// `(height, width)` of the resize step for an image of `height` x `width` (its own size
+    /// when the processor does not resize), before any crop.
+    pub fn resize_to(&self, height: usize, width: usize) -> (usize, usize) {
+        self.plan(height, width).resized
     }
 
     /// The steps after decoding, on an RGB image of at least one pixel.
@@ -554,7 +573,7 @@ mod tests {
         );
         assert!(message(json!({})).contains("image_processor_type"));
         assert!(
-            message(json!({"image_processor_type": "ViTImageProcessor", "resample": 7})).contains("resample")
+            message(json!({"image_processor_type": "ViTImageProcessor", "resample": 8})).contains("resample")
         );
         assert!(message(json!({"image_processor_type": "ViTImageProcessor", "size": {"longest_edge": 5}}))
             .contains("longest_edge"));
@@ -570,6 +589,9 @@ mod tests {
             .contains("do_resize"));
         assert!(message(json!({"image_processor_type": "ViTImageProcessor", "do_center_crop": true}))
             .contains("crop_size"));
+        let edge_crop =
+            json!({"image_processor_type": "CLIPImageProcessor", "crop_size": {"shortest_edge": 5}});
+        assert!(message(edge_crop).contains("shortest_edge"));
     }
 
     #[test]
