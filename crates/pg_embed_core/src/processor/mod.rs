@@ -15,7 +15,7 @@
 //! A `*ImageProcessorFast` (torchvision) configuration is read too, and processed as its PIL
 //! counterpart: the PIL backend is the reference this module reproduces.
 
-mod decode;
+pub mod decode;
 pub mod resize;
 
 use std::path::Path;
