@@ -29,6 +29,9 @@ cpu="$(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -1)"
 flags="$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx512|amx)' | sort | tr '\n' ' ' || true)"
 step "CPU: $cpu, $(nproc) cores; $THREADS threads"
 info "avx512/amx flags: ${flags:-none}"
+# The bench's own threads count too: more than THREADS means something else was running.
+load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
+info "load average before: $load_before"
 
 if [ ! -x "$BENCH_VENV/bin/python" ]; then
     step "bench venv: torch, transformers, Pillow (first run only)"
@@ -50,11 +53,15 @@ step "transformers on PyTorch ($THREADS threads)"
 torch_json="$("$BENCH_VENV/bin/python" "$BENCH/images_baseline.py" --model "$DATA/model" --images "$DATA/images" \
     --threads "$THREADS")"
 
+load_after="$(cut -d' ' -f1-3 /proc/loadavg)"
+info "load average after: $load_after (1, 5, 15 minutes; the bench itself adds about $THREADS)"
+
 commit="$(git -C "$REPO" rev-parse --short HEAD)"
 result="$OUT/images-$commit-$(date -u +%Y%m%dT%H%M%SZ).json"
-"$BENCH_VENV/bin/python" - "$result" "$commit" "$THREADS" "$cpu" "$flags" "$rust_json" "$torch_json" <<'PY'
+"$BENCH_VENV/bin/python" - "$result" "$commit" "$THREADS" "$cpu" "$flags" "$rust_json" "$torch_json" \
+    "$load_before" "$load_after" <<'PY'
 import json, math, sys
-path, commit, threads, cpu, flags, rust, torch = sys.argv[1:8]
+path, commit, threads, cpu, flags, rust, torch, load_before, load_after = sys.argv[1:10]
 rs, pt = json.loads(rust), json.loads(torch)
 
 def cosine(a, b):
@@ -88,7 +95,8 @@ print(f"  {'decode + preprocess, ' + threads + ' threads':34} "
 print(f"\nmin cosine, pg_embed vs PyTorch, first {len(cosines)} images: {min(cosines):.6f}")
 for s in (rs, pt):
     s.pop("vectors")
-json.dump({"commit": commit, "threads": int(threads), "cpu": cpu, "flags": flags.split(), "systems": [rs, pt],
+json.dump({"commit": commit, "threads": int(threads), "cpu": cpu, "flags": flags.split(),
+           "load_average": {"before": load_before, "after": load_after}, "systems": [rs, pt],
            "ratios": ratios, "min_cosine": min(cosines), "cosines": cosines}, open(path, "w"), indent=1)
 print(f"wrote {path}")
 PY
