@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# The image bench: a ViT-B/16-shaped ViTModel (random weights of the real shape) on 64 JPEGs
+# of photo sizes, end to end from the files' bytes (decode, preprocess, model, pooling),
+# through pg_embed's pipeline called from Rust (bench/images.rs) and through transformers on
+# PyTorch CPU with the PIL image processor (bench/images_baseline.py), with the same thread
+# count, in one run. Prints the CPU, then images/s at each system's best batch, single-image
+# p50/p99, the ratios, the time of each stage alone (decode, preprocess, model), and the
+# smallest cosine between the two systems' vectors of the same images; writes
+# bench/results/images-<commit>-<time>.json. Self-contained (no server). Not part of the
+# tests; asserts nothing.
+#
+#   bench/images.sh [threads]        (default: the machine's cores)
+#
+# The model and images are generated once (seeded) into bench/.cache/ (ignored). The Python
+# side installs into bench/.venv (ignored) on first use, as bench/run.sh does; another
+# environment with torch, transformers 5.23 and Pillow: PG_EMBED_BENCH_VENV=/path/to/venv.
+set -euo pipefail
+# shellcheck source=scripts/env.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/env.sh"
+
+THREADS="${1:-$(nproc)}"
+BENCH="$REPO/bench"
+BENCH_VENV="${PG_EMBED_BENCH_VENV:-$BENCH/.venv}"
+DATA="$BENCH/.cache/images-vit-b16"
+OUT="$BENCH/results"
+mkdir -p "$OUT"
+
+cpu="$(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -1)"
+flags="$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx512|amx)' | sort | tr '\n' ' ' || true)"
+step "CPU: $cpu, $(nproc) cores; $THREADS threads"
+info "avx512/amx flags: ${flags:-none}"
+# The bench's own threads count too: more than THREADS means something else was running.
+load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
+info "load average before: $load_before"
+
+if [ ! -x "$BENCH_VENV/bin/python" ]; then
+    step "bench venv: torch, transformers, Pillow (first run only)"
+    python3 -m venv "$BENCH_VENV"
+    "$BENCH_VENV/bin/pip" install -q torch "sentence-transformers==6.2.0" "transformers==5.23.0" onnxruntime onnx onnxscript pillow
+fi
+export HF_HUB_DISABLE_PROGRESS_BARS=1 TRANSFORMERS_VERBOSITY=error TOKENIZERS_PARALLELISM=false
+
+if [ ! -e "$DATA/done" ]; then
+    step "generating the ViT-B/16-shaped model and the images (first run only)"
+fi
+"$BENCH_VENV/bin/python" "$BENCH/images_data.py" "$DATA"
+
+step "pg_embed pipeline from Rust ($THREADS threads)"
+rust_json="$(cd "$REPO" && cargo run -q --release -p pg_embed_core --example bench_images -- \
+    "$DATA/model" "$DATA/images" "$THREADS")"
+
+step "transformers on PyTorch ($THREADS threads)"
+torch_json="$("$BENCH_VENV/bin/python" "$BENCH/images_baseline.py" --model "$DATA/model" --images "$DATA/images" \
+    --threads "$THREADS")"
+
+load_after="$(cut -d' ' -f1-3 /proc/loadavg)"
+info "load average after: $load_after (1, 5, 15 minutes; the bench itself adds about $THREADS)"
+
+commit="$(git -C "$REPO" rev-parse --short HEAD)"
+result="$OUT/images-$commit-$(date -u +%Y%m%dT%H%M%SZ).json"
+"$BENCH_VENV/bin/python" - "$result" "$commit" "$THREADS" "$cpu" "$flags" "$rust_json" "$torch_json" \
+    "$load_before" "$load_after" <<'PY'
+import json, math, sys
+path, commit, threads, cpu, flags, rust, torch, load_before, load_after = sys.argv[1:10]
+rs, pt = json.loads(rust), json.loads(torch)
+
+def cosine(a, b):
+    dot = sum(x * y for x, y in zip(a, b))
+    return dot / math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
+
+cosines = [cosine(a, b) for a, b in zip(rs["vectors"], pt["vectors"])]
+ratios = {
+    "images/s: pg_embed / PyTorch": rs["images_per_s"] / pt["images_per_s"],
+    "single p50: pg_embed / PyTorch": rs["single_p50_ms"] / pt["single_p50_ms"],
+    "single p99: pg_embed / PyTorch": rs["single_p99_ms"] / pt["single_p99_ms"],
+}
+best = {rs["system"]: f"max_batch_tokens {rs['best_max_batch_tokens']} ({rs['best_batch_images']} images)",
+        pt["system"]: f"batch size {pt['best_batch_size']}"}
+print(f"{'system':52} {'images/s':>9} {'ratio':>6} {'p50 ms':>8} {'p99 ms':>8} {'ratio':>6}  best batch")
+for s in (rs, pt):
+    print(f"{s['system']:52} {s['images_per_s']:9.2f} {s['images_per_s'] / pt['images_per_s']:6.2f} "
+          f"{s['single_p50_ms']:8.1f} {s['single_p99_ms']:8.1f} {s['single_p50_ms'] / pt['single_p50_ms']:6.2f}  "
+          f"{best[s['system']]}")
+print("(ratios: to PyTorch; goal of the issue: images/s >= 1.5, single p50 <= 0.7)")
+print(f"images/s by batch: pg_embed " + ", ".join(f"{r['max_batch_tokens']} tokens {r['images_per_s']:.2f}"
+                                                   for r in rs["runs"])
+      + "; PyTorch " + ", ".join(f"{r['batch_size']} images {r['images_per_s']:.2f}" for r in pt["runs"]))
+print(f"\nstages alone, ms per image {'pg_embed':>10} {'PyTorch':>10}")
+stages = [("decode (1 thread)", "decode"), ("preprocess (1 thread)", "preprocess"),
+          ("model, best batch", "model_batch"), ("model, one image", "model_single")]
+for label, key in stages:
+    print(f"  {label:34} {rs['stages_ms_per_image'][key]:10.2f} {pt['stages_ms_per_image'][key]:10.2f}")
+print(f"  {'decode + preprocess, ' + threads + ' threads':34} "
+      f"{rs['stages_ms_per_image']['decode_and_preprocess_parallel']:10.2f} {'-':>10}")
+print(f"\nmin cosine, pg_embed vs PyTorch, first {len(cosines)} images: {min(cosines):.6f}")
+for s in (rs, pt):
+    s.pop("vectors")
+json.dump({"commit": commit, "threads": int(threads), "cpu": cpu, "flags": flags.split(),
+           "load_average": {"before": load_before, "after": load_after}, "systems": [rs, pt],
+           "ratios": ratios, "min_cosine": min(cosines), "cosines": cosines}, open(path, "w"), indent=1)
+print(f"wrote {path}")
+PY

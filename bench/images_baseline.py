@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""The image bench's baseline (bench/images.sh): transformers' ViTModel with its image
+processor on the PIL backend (``AutoImageProcessor.from_pretrained(dir, backend="pil")``),
+PyTorch on the CPU with the same thread count, under ``torch.inference_mode()``, end to end
+from the files' bytes (``PIL.Image.open``, processor, model) and pooled as pg_embed pools a
+ViT by default: ``last_hidden_state[:, 0]``, the layernormed [CLS].
+
+Prints one JSON line: images/s of the whole set at the best batch size, single-image
+p50/p99 (one image per call), the time of each stage alone, and the vectors of the first 8
+images. Asserts nothing.
+
+Usage:
+    python bench/images_baseline.py --model DIR --images DIR --threads 2 [--batch-sizes 8,16,32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import sys
+import time
+
+CHECKED = 8
+
+
+def percentiles(samples):
+    s = sorted(samples)
+    return s[int(round(0.5 * (len(s) - 1)))], s[min(len(s) - 1, int(round(0.99 * (len(s) - 1))))]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--images", required=True)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--batch-sizes", default="8,16,32")
+    args = ap.parse_args()
+
+    import torch
+    from PIL import Image
+    from transformers import AutoImageProcessor, ViTModel
+
+    torch.set_num_threads(args.threads)
+    names = sorted(os.listdir(args.images))
+    files = [open(os.path.join(args.images, n), "rb").read() for n in names]
+    n = len(files)
+
+    t0 = time.perf_counter()
+    processor = AutoImageProcessor.from_pretrained(args.model, backend="pil")
+    model = ViTModel.from_pretrained(args.model).eval()
+    load_ms = (time.perf_counter() - t0) * 1000
+
+    def embed(batch):
+        images = [Image.open(io.BytesIO(b)) for b in batch]
+        pixel_values = processor(images=images, return_tensors="pt")["pixel_values"]
+        return model(pixel_values=pixel_values).last_hidden_state[:, 0]
+
+    with torch.inference_mode():
+        embed(files[:CHECKED])  # warm-up
+        runs, vectors = [], None
+        for bs in [int(b) for b in args.batch_sizes.split(",")]:
+            t0 = time.perf_counter()
+            out = [embed(files[i:i + bs]) for i in range(0, n, bs)]
+            secs = time.perf_counter() - t0
+            runs.append({"batch_size": bs, "images_per_s": n / secs})
+            if vectors is None:
+                vectors = torch.cat(out)[:CHECKED].tolist()
+        best = max(runs, key=lambda r: r["images_per_s"])
+
+        embed(files[:1])
+        lat = []
+        for b in files:
+            t0 = time.perf_counter()
+            embed([b])
+            lat.append((time.perf_counter() - t0) * 1000)
+        p50, p99 = percentiles(lat)
+
+        # The stages alone, per image: decode (PIL open + load) and preprocess (the processor
+        # on the decoded image) one image at a time, the model over the preprocessed images
+        # in batches of the best size and one at a time.
+        t0 = time.perf_counter()
+        decoded = []
+        for b in files:
+            im = Image.open(io.BytesIO(b))
+            im.load()
+            decoded.append(im)
+        decode_ms = (time.perf_counter() - t0) * 1000 / n
+        t0 = time.perf_counter()
+        pixels = [processor(images=[im], return_tensors="pt")["pixel_values"] for im in decoded]
+        preprocess_ms = (time.perf_counter() - t0) * 1000 / n
+        bs = best["batch_size"]
+        batches = [torch.cat(pixels[i:i + bs]) for i in range(0, n, bs)]
+        model(pixel_values=batches[0])
+        t0 = time.perf_counter()
+        for p in batches:
+            model(pixel_values=p).last_hidden_state[:, 0]
+        model_batch_ms = (time.perf_counter() - t0) * 1000 / n
+        t0 = time.perf_counter()
+        for p in pixels:
+            model(pixel_values=p).last_hidden_state[:, 0]
+        model_single_ms = (time.perf_counter() - t0) * 1000 / n
+
+    print(json.dumps({
+        "system": "transformers ViTModel (PyTorch CPU, PIL processor)",
+        "images_per_s": best["images_per_s"],
+        "best_batch_size": best["batch_size"],
+        "runs": runs,
+        "single_p50_ms": p50,
+        "single_p99_ms": p99,
+        "stages_ms_per_image": {"decode": decode_ms, "preprocess": preprocess_ms, "model_batch": model_batch_ms,
+                                "model_single": model_single_ms},
+        "load_ms": load_ms,
+        "threads": args.threads,
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "images": n,
+        "vectors": vectors,
+    }), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
