@@ -226,11 +226,12 @@ fn golden_marks_resized_images() {
     assert_eq!(vit.images["rgb_40x30.png"].resized, Some(true));
 }
 
-/// Image file -> vector, the whole way: decode, the image processor, the model. Where the
-/// processor resizes, its pixels are Pillow's to within one 8-bit level (tests/processor.rs)
-/// and a level is 1/255 / std in the normalised pixels: the outputs of these tiny random
-/// models then move by up to the bound below; without a resize the pixels are exact and the
-/// outputs are the model's own parity.
+/// Image file -> vector, the whole way: decode, the image processor, the model. Every
+/// non-JPEG file gives exactly transformers' pixels, resized or not (tests/processor.rs), so
+/// the outputs are the model's own parity. JPEGs decode 1 to 3 steps of 255 away from
+/// libjpeg-turbo (Pillow's decoder) in some pixels: a step is 1/255 / std in the normalised
+/// pixels, which moves these tiny random models' outputs by up to ~5e-2 in absolute value,
+/// hence a cosine bound for them instead of the element-wise one.
 #[test]
 fn end_to_end_from_image_files() {
     let golden = golden();
@@ -244,7 +245,7 @@ fn end_to_end_from_image_files() {
     ];
     for (model, key, options, classify) in cases {
         let p = load(model, options);
-        let (mut exact_worst, mut resized_worst, mut resized_cos) = (0f32, 0f32, 1f32);
+        let (mut exact_worst, mut jpeg_worst, mut jpeg_cos) = (0f32, 0f32, 1f32);
         let fx = &golden.models[model];
         let mut files = Vec::new();
         // The bad inputs have no outputs (bad_image_files_are_clear_errors).
@@ -258,13 +259,12 @@ fn end_to_end_from_image_files() {
             .unwrap_or_else(|e| panic!("{model} {file}: {e}"));
             let want = output(image, key);
             let cos = cosine(&got[0], &want);
-            if image.resized == Some(false) {
-                exact_worst =
-                    exact_worst.max(assert_close(&got[0], &want, &format!("{model} {file} (no resize)")));
+            if !file.ends_with(".jpg") {
+                exact_worst = exact_worst.max(assert_close(&got[0], &want, &format!("{model} {file}")));
             } else {
-                assert!(cos >= RESIZED_COSINE_MIN, "{model} {file}: cosine {cos}");
-                resized_worst = resized_worst.max(max_abs_diff(&got[0], &want));
-                resized_cos = resized_cos.min(cos);
+                assert!(cos >= JPEG_COSINE_MIN, "{model} {file}: cosine {cos}");
+                jpeg_worst = jpeg_worst.max(max_abs_diff(&got[0], &want));
+                jpeg_cos = jpeg_cos.min(cos);
             }
             files.push(bytes);
         }
@@ -287,14 +287,14 @@ fn end_to_end_from_image_files() {
             assert!(max_abs_diff(&alone[0], row) <= 1e-5, "{model}: batched differs from single");
         }
         eprintln!(
-            "{model} {key}: {} files; no resize: max abs diff {exact_worst:.2e}; resized: max abs diff {resized_worst:.2e}, min cosine {resized_cos:.6}",
+            "{model} {key}: {} files; not JPEG: max abs diff {exact_worst:.2e}; JPEG: max abs diff {jpeg_worst:.2e}, min cosine {jpeg_cos:.6}",
             files.len()
         );
     }
 }
 
 /// See `end_to_end_from_image_files`.
-const RESIZED_COSINE_MIN: f32 = 0.999;
+const JPEG_COSINE_MIN: f32 = 0.9995;
 
 #[test]
 fn bad_image_files_are_clear_errors() {

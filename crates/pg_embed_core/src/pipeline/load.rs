@@ -339,20 +339,13 @@ fn load_text(
 }
 
 /// The image processor of a model directory: preprocessor_config.json as transformers saves
-/// it, or the `image_processor` of processor_config.json as sentence-transformers 6 saves a
-/// CLIP model's processor.
+/// it, else processor_config.json (where sentence-transformers 6 saves a CLIP model's
+/// processor, the image processor's settings under `image_processor`).
 fn load_image_processor(bdir: &Path) -> Result<ImageProcessor> {
     let preprocessor = bdir.join("preprocessor_config.json");
-    if preprocessor.exists() {
-        return ImageProcessor::load(&preprocessor);
-    }
     let processor = bdir.join("processor_config.json");
-    match crate::st::read_json_opt::<serde_json::Value>(&processor)? {
-        Some(serde_json::Value::Object(mut config)) => match config.remove("image_processor") {
-            Some(serde_json::Value::Object(image)) => ImageProcessor::from_config(&image, &processor),
-            _ => Err(Error::invalid_file(&processor, "no \"image_processor\" object")),
-        },
-        Some(_) => Err(Error::invalid_file(&processor, "not a JSON object")),
-        None => Err(Error::MissingFile { path: preprocessor }),
+    match (preprocessor.exists(), processor.exists()) {
+        (false, true) => ImageProcessor::load(&processor),
+        _ => ImageProcessor::load(&preprocessor),
     }
 }
