@@ -14,6 +14,9 @@ use pg_embed_core::options::Options;
 use pg_embed_core::pipeline::Pipeline;
 use pg_embed_core::processor::{decode, ImageProcessor, Pixels};
 
+#[path = "peak.rs"]
+mod peak;
+
 /// Pillow's decompression-bomb limit, pg_embed.max_image_pixels' default.
 const MAX_PIXELS: u64 = 89_478_485;
 /// The images whose vectors are printed.
@@ -115,6 +118,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         model(std::slice::from_ref(p))??;
     }
     let model_single_ms = ms_since(t0) / n as f64;
+    // Useful work of the model per image: 2 x the layers' weights x tokens, plus QK^T and PV.
+    let get = |k: &str, d: f64| config[k].as_f64().unwrap_or(d);
+    let (h, layers, ff) = (get("hidden_size", 768.0), get("num_hidden_layers", 12.0), get("intermediate_size", 3072.0));
+    let t = tokens_per_image as f64;
+    let gflop_per_image = (2.0 * (4.0 * h * h + 2.0 * h * ff) * t + 4.0 * t * t * h) * layers / 1e9;
+    let peak = peak::fma_peak(threads);
     // Decode + preprocess of the whole set on `threads` threads, as the batched call does it.
     let t0 = Instant::now();
     pg_embed_core::threads::run(threads, || {
@@ -131,6 +140,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "runs": runs,
         "single_p50_ms": percentile(&lat, 0.5),
         "single_p99_ms": percentile(&lat, 0.99),
+        "model_gflop_per_image": gflop_per_image,
+        "model_batch_gflops": gflop_per_image / (model_batch_ms / 1000.0),
+        "fma_peak_gflops": peak,
         "stages_ms_per_image": {
             "decode": decode_ms,
             "preprocess": preprocess_ms,

@@ -92,6 +92,11 @@ for label, key in stages:
     print(f"  {label:34} {rs['stages_ms_per_image'][key]:10.2f} {pt['stages_ms_per_image'][key]:10.2f}")
 print(f"  {'decode + preprocess, ' + threads + ' threads':34} "
       f"{rs['stages_ms_per_image']['decode_and_preprocess_parallel']:10.2f} {'-':>10}")
+gf = rs["model_gflop_per_image"]
+print(f"\nmodel: {gf:.1f} GFLOP per image; FMA peak of {threads} threads measured now: {rs['fma_peak_gflops']:.0f} GFLOP/s")
+for s in (rs, pt):
+    rate = gf / (s["stages_ms_per_image"]["model_batch"] / 1000.0)
+    print(f"  {s['system']:52} {rate:7.0f} GFLOP/s in the model ({100 * rate / rs['fma_peak_gflops']:.0f} % of peak)")
 print(f"\nmin cosine, pg_embed vs PyTorch, first {len(cosines)} images: {min(cosines):.6f}")
 for s in (rs, pt):
     s.pop("vectors")

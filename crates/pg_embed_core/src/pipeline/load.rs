@@ -108,8 +108,8 @@ impl Pipeline {
         let images = if modality.takes_images() { Some(load_image_processor(bdir)?) } else { None };
         if modality == Modality::Both && pooling != [PoolingMode::Pooler] {
             return Err(Error::InvalidOptions(format!(
-                "a model of text and images embeds both through its projections: pooling must be \"pooler\", not {:?}",
-                pooling
+                "a model of text and images embeds both through its projections: pooling must be \"pooler\", not {}",
+                serde_json::to_string(&pooling).unwrap_or_default()
             )));
         }
 
