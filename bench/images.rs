@@ -120,7 +120,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let model_single_ms = ms_since(t0) / n as f64;
     // Useful work of the model per image: 2 x the layers' weights x tokens, plus QK^T and PV.
     let get = |k: &str, d: f64| config[k].as_f64().unwrap_or(d);
-    let (h, layers, ff) = (get("hidden_size", 768.0), get("num_hidden_layers", 12.0), get("intermediate_size", 3072.0));
+    let (h, layers, ff) =
+        (get("hidden_size", 768.0), get("num_hidden_layers", 12.0), get("intermediate_size", 3072.0));
     let t = tokens_per_image as f64;
     let gflop_per_image = (2.0 * (4.0 * h * h + 2.0 * h * ff) * t + 4.0 * t * t * h) * layers / 1e9;
     let peak = peak::fma_peak(threads);

@@ -292,6 +292,7 @@ DECLARE
     images bytea[];
     is_image boolean;
     after_tid tid := '(0,0)';
+    window_end tid;
     window_start bigint := 0;
     window_blocks bigint;
     pages bigint;
@@ -330,20 +331,13 @@ BEGIN
         tbl, target_column, CASE WHEN is_image THEN 'embed_image' ELSE 'embed' END, target_column);
     LOOP
         -- The last window is open-ended: it also takes rows added since the run started.
+        window_end := CASE WHEN window_start + window_blocks < pages
+                           THEN format('(%s,0)', window_start + window_blocks)::tid
+                           ELSE '(4294967295,65535)'::tid END;
         IF is_image THEN
-            EXECUTE select_batch INTO ids, images
-                USING after_tid,
-                      CASE WHEN window_start + window_blocks < pages
-                           THEN format('(%s,0)', window_start + window_blocks)::tid
-                           ELSE '(4294967295,65535)'::tid END,
-                      batch_size;
+            EXECUTE select_batch INTO ids, images USING after_tid, window_end, batch_size;
         ELSE
-            EXECUTE select_batch INTO ids, texts
-                USING after_tid,
-                      CASE WHEN window_start + window_blocks < pages
-                           THEN format('(%s,0)', window_start + window_blocks)::tid
-                           ELSE '(4294967295,65535)'::tid END,
-                      batch_size;
+            EXECUTE select_batch INTO ids, texts USING after_tid, window_end, batch_size;
         END IF;
         IF ids IS NULL THEN
             EXIT WHEN window_start + window_blocks >= pages;

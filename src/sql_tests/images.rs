@@ -37,7 +37,8 @@ mod tests {
         assert_eq!(info["pooling"], serde_json::json!(["cls"]));
         let got = embed_image_sql("vit", image("exact_32x32.png"));
         assert!(max_abs_diff(&got, &golden("vit", "exact_32x32.png", "cls")) <= 1e-4);
-        let modality = Spi::get_one::<String>("SELECT modality FROM embed.models WHERE name = 'vit'").unwrap();
+        let modality =
+            Spi::get_one::<String>("SELECT modality FROM embed.models WHERE name = 'vit'").unwrap();
         assert_eq!(modality.as_deref(), Some("image"));
     }
 
@@ -53,10 +54,14 @@ mod tests {
         .unwrap();
         assert!(max_abs_diff(&logits, &golden("vit_classify", "exact_32x32.png", "logits")) <= 1e-4);
         let scores: Vec<f32> = Spi::connect(|c| {
-            c.select("SELECT score FROM classify_image_labels('vitc', $1)", None, &[image("exact_32x32.png").into()])
-                .unwrap()
-                .map(|r| r.get::<f32>(1).unwrap().unwrap())
-                .collect()
+            c.select(
+                "SELECT score FROM classify_image_labels('vitc', $1)",
+                None,
+                &[image("exact_32x32.png").into()],
+            )
+            .unwrap()
+            .map(|r| r.get::<f32>(1).unwrap().unwrap())
+            .collect()
         });
         assert_eq!(scores.len(), 3);
         assert!(scores.windows(2).all(|w| w[0] >= w[1]), "{scores:?}");

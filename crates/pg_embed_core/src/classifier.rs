@@ -321,6 +321,11 @@ impl Classifier {
         }
     }
 
+    /// Logits [num_labels] per pooled row (see [`Classifier::forward`]).
+    pub fn logits(&self, pooled: &[Vec<f32>]) -> Vec<Vec<f32>> {
+        self.forward(&pooled.concat()).chunks(self.num_labels().max(1)).map(<[f32]>::to_vec).collect()
+    }
+
     pub fn num_labels(&self) -> usize {
         self.head.out.outputs()
     }

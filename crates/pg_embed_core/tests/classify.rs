@@ -68,7 +68,9 @@ fn every_supported_architecture_has_a_fixture() {
         .as_object()
         .unwrap()
         .values()
-        .filter_map(|m| m["class"].as_str().filter(|c| c.ends_with("ForImageClassification")).map(String::from))
+        .filter_map(|m| {
+            m["class"].as_str().filter(|c| c.ends_with("ForImageClassification")).map(String::from)
+        })
         .collect();
     covered.extend(image_classes.iter().map(String::as_str));
     covered.sort();

@@ -128,6 +128,8 @@ SELECT pg_temp.close(embedding, embed('clip', body)) AS same FROM captions;
 
 -- Bad input: each a clear ERROR with its SQLSTATE, and the session goes on.
 SELECT pg_temp.err($$SELECT embed('vit', 'a photo')$$);
+SELECT pg_temp.err($$SELECT embed_image('nope', '\x00'::bytea)$$);
+SELECT embed_image('vit', NULL::bytea) IS NULL AS null_image_gives_null;
 SELECT pg_temp.err($$SELECT embed_image('student', '\x89504e47'::bytea)$$);
 SELECT pg_temp.err($$SELECT classify('vit_classify', 'a photo')$$);
 SELECT pg_temp.err($$SELECT embed_image('vit_classify', pg_temp.img('exact_32x32.png'))$$);

@@ -103,7 +103,7 @@ const LAYERS: LayerNames = LayerNames {
 /// The tower under `vb` (`vision_model.*` and `visual_projection` beside it).
 pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
     check_heads(cfg.hidden_size, cfg.num_attention_heads)?;
-    let act = super::vit::activation("hidden_act", &cfg.hidden_act)?;
+    let act = vision::activation("hidden_act", &cfg.hidden_act)?;
     let h = cfg.hidden_size;
     let root = vb;
     let load = || -> candle_core::Result<Model> {
@@ -164,8 +164,7 @@ impl super::Config for Config {
         self.hidden_size
     }
     fn max_position_embeddings(&self) -> usize {
-        let side = self.image_size / self.patch_size.max(1);
-        1 + side * side
+        vision::trained_tokens(self.image_size, self.patch_size)
     }
     fn vocab_size(&self) -> usize {
         0
@@ -188,21 +187,7 @@ impl super::Config for Config {
 impl super::Model for Model {
     /// last_hidden_state: the stack's output, before `post_layernorm`.
     fn forward(&self, batch: &Batch) -> candle_core::Result<Vec<f32>> {
-        if !batch.is_image() {
-            candle_core::bail!("this model takes images, not text");
-        }
-        let lengths = batch.lengths()?;
-        let mut x = self.embeddings.forward(batch.images)?;
-        if x.len() != batch.tokens() * self.hidden {
-            candle_core::bail!(
-                "{} image tokens in a batch of {}",
-                x.len() / self.hidden.max(1),
-                batch.tokens()
-            );
-        }
-        self.pre_norm.forward(&mut x);
-        self.stack.try_forward(&mut x, &lengths)?;
-        Ok(x)
+        vision::forward(&self.embeddings, Some(&self.pre_norm), &self.stack, batch)
     }
 
     fn pooler_size(&self) -> Option<usize> {

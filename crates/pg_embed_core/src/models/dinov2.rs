@@ -8,7 +8,7 @@ use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
 use super::encoder::{bad_weights, check_heads, unsupported};
-use super::vision::{self, EmbeddingNames, Grid, LayerNames, Shape, StackShape};
+use super::vision::{self, Grid, LayerNames, Shape, StackShape};
 use super::{Batch, Modality};
 use crate::error::Result;
 use crate::layers;
@@ -101,24 +101,18 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
     if cfg.use_swiglu_ffn {
         return Err(unsupported("use_swiglu_ffn", "true", "false"));
     }
-    let act = super::vit::activation("hidden_act", &cfg.hidden_act)?;
+    let act = vision::activation("hidden_act", &cfg.hidden_act)?;
     let h = cfg.hidden_size;
     // Dinov2MLP: int(hidden_size * mlp_ratio).
     let intermediate = (h as f64 * cfg.mlp_ratio) as usize;
     let load = || -> candle_core::Result<Model> {
-        let names = EmbeddingNames {
-            cls: "embeddings.cls_token",
-            patch: "embeddings.patch_embeddings.projection",
-            positions: "embeddings.position_embeddings",
-            patch_bias: true,
-        };
         let shape = Shape {
             hidden: h,
             channels: cfg.num_channels,
             image_size: cfg.image_size,
             patch_size: cfg.patch_size,
         };
-        let embeddings = vision::Embeddings::load(&vb, &names, &shape, Grid::Interpolated)?;
+        let embeddings = vision::Embeddings::load(&vb, &vision::VIT_EMBEDDINGS, &shape, Grid::Interpolated)?;
         let stack = vision::pre_norm_stack(
             &vb,
             &LAYERS,
@@ -143,8 +137,7 @@ impl super::Config for Config {
         self.hidden_size
     }
     fn max_position_embeddings(&self) -> usize {
-        let side = self.image_size / self.patch_size.max(1);
-        1 + side * side
+        vision::trained_tokens(self.image_size, self.patch_size)
     }
     fn vocab_size(&self) -> usize {
         0
@@ -166,7 +159,7 @@ impl super::Config for Config {
 
 impl super::Model for Model {
     fn forward(&self, batch: &Batch) -> candle_core::Result<Vec<f32>> {
-        super::vit::forward_images(&self.embeddings, &self.stack, batch)
+        vision::forward(&self.embeddings, None, &self.stack, batch)
     }
 
     fn image_tokens(&self, height: usize, width: usize) -> std::result::Result<usize, String> {

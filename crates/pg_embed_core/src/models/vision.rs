@@ -127,12 +127,15 @@ impl Embeddings {
     }
 
     /// The packed input tokens of `images`: per image its [CLS] row and its patches in
-    /// raster order, each plus its position embedding.
-    pub fn forward(&self, images: &[Pixels]) -> candle_core::Result<Vec<f32>> {
+    /// raster order, each plus its position embedding; image i must be `lengths[i]` tokens.
+    fn forward(&self, images: &[Pixels], lengths: &[usize]) -> candle_core::Result<Vec<f32>> {
+        if images.len() != lengths.len() {
+            candle_core::bail!("{} images in {} sequences", images.len(), lengths.len());
+        }
         let (p, c, h) = (self.patch_size, self.channels, self.hidden);
         let mut patches = Vec::new();
         let mut grids = Vec::with_capacity(images.len());
-        for image in images {
+        for (image, &len) in images.iter().zip(lengths) {
             if image.data.len() != c * image.height * image.width {
                 candle_core::bail!(
                     "an image of {} values is not {c}x{}x{}",
@@ -141,7 +144,10 @@ impl Embeddings {
                     image.width
                 );
             }
-            self.tokens(image.height, image.width).map_err(candle_core::Error::Msg)?;
+            let tokens = self.tokens(image.height, image.width).map_err(candle_core::Error::Msg)?;
+            if tokens != len {
+                candle_core::bail!("an image of {tokens} tokens in a sequence of {len}");
+            }
             let (rows, cols) = self.grid_of(image.height, image.width);
             grids.push((rows, cols));
             patches.reserve(rows * cols * c * p * p);
@@ -171,6 +177,46 @@ impl Embeddings {
         }
         Ok(x)
     }
+}
+
+/// The activation of a vision config's `hidden_act` (or `pooler_act`).
+pub fn activation(what: &'static str, name: &str) -> crate::error::Result<Activation> {
+    Activation::from_hidden_act(name)
+        .ok_or_else(|| super::encoder::unsupported(what, name, Activation::HIDDEN_ACT_NAMES))
+}
+
+/// The tokens of an image at the trained size: [CLS] and the trained grid.
+pub fn trained_tokens(image_size: usize, patch_size: usize) -> usize {
+    let side = image_size / patch_size.max(1);
+    1 + side * side
+}
+
+/// ViT's and DINOv2's embedding weights.
+pub const VIT_EMBEDDINGS: EmbeddingNames = EmbeddingNames {
+    cls: "embeddings.cls_token",
+    patch: "embeddings.patch_embeddings.projection",
+    positions: "embeddings.position_embeddings",
+    patch_bias: true,
+};
+
+/// The last hidden states of an image batch: `embeddings`, `pre_norm` over them (CLIP's
+/// `pre_layrnorm`), then `stack`.
+pub fn forward(
+    embeddings: &Embeddings,
+    pre_norm: Option<&Norm>,
+    stack: &layers::Stack,
+    batch: &super::Batch,
+) -> candle_core::Result<Vec<f32>> {
+    if !batch.is_image() {
+        candle_core::bail!("this model takes images, not text");
+    }
+    let lengths = batch.lengths()?;
+    let mut x = embeddings.forward(batch.images, &lengths)?;
+    if let Some(norm) = pre_norm {
+        norm.forward(&mut x);
+    }
+    stack.try_forward(&mut x, &lengths)?;
+    Ok(x)
 }
 
 /// `src` [in_h * in_w, dim] (a grid of rows, channel-last) resized to [out_h * out_w, dim] as

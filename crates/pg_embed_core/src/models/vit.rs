@@ -8,8 +8,8 @@ use candle_core::Tensor;
 use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
-use super::encoder::{bad_weights, check_heads, unsupported, with_prefix};
-use super::vision::{self, EmbeddingNames, Grid, LayerNames, Shape, StackShape};
+use super::encoder::{bad_weights, check_heads, with_prefix};
+use super::vision::{self, Grid, LayerNames, Shape, StackShape};
 use super::{Batch, Modality};
 use crate::error::Result;
 use crate::layers::{self, Activation, Linear};
@@ -92,32 +92,21 @@ pub struct Model {
     hidden: usize,
 }
 
-/// The activation of a vision config's `hidden_act`.
-pub(crate) fn activation(what: &'static str, name: &str) -> Result<Activation> {
-    Activation::from_hidden_act(name).ok_or_else(|| unsupported(what, name, Activation::HIDDEN_ACT_NAMES))
-}
-
 pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
     check_heads(cfg.hidden_size, cfg.num_attention_heads)?;
-    let act = activation("hidden_act", &cfg.hidden_act)?;
-    let pooler_act = activation("pooler_act", &cfg.pooler_act)?;
+    let act = vision::activation("hidden_act", &cfg.hidden_act)?;
+    let pooler_act = vision::activation("pooler_act", &cfg.pooler_act)?;
     let h = cfg.hidden_size;
     // ViTForImageClassification keeps the backbone under "vit.".
     let vb = with_prefix(vb, &["", "vit."], "embeddings.cls_token");
     let load = || -> candle_core::Result<Model> {
-        let names = EmbeddingNames {
-            cls: "embeddings.cls_token",
-            patch: "embeddings.patch_embeddings.projection",
-            positions: "embeddings.position_embeddings",
-            patch_bias: true,
-        };
         let shape = Shape {
             hidden: h,
             channels: cfg.num_channels,
             image_size: cfg.image_size,
             patch_size: cfg.patch_size,
         };
-        let embeddings = vision::Embeddings::load(&vb, &names, &shape, Grid::Fixed)?;
+        let embeddings = vision::Embeddings::load(&vb, &vision::VIT_EMBEDDINGS, &shape, Grid::Fixed)?;
         let stack = vision::pre_norm_stack(
             &vb,
             &LAYERS,
@@ -157,34 +146,12 @@ const LAYERS: LayerNames = LayerNames {
     layer_scale: None,
 };
 
-/// The last hidden states of an image batch through `embeddings` and `stack`.
-pub(crate) fn forward_images(
-    embeddings: &vision::Embeddings,
-    stack: &layers::Stack,
-    batch: &Batch,
-) -> candle_core::Result<Vec<f32>> {
-    if !batch.is_image() {
-        candle_core::bail!("this model takes images, not text");
-    }
-    let lengths = batch.lengths()?;
-    for (image, len) in batch.images.iter().zip(&lengths) {
-        let tokens = embeddings.tokens(image.height, image.width).map_err(candle_core::Error::Msg)?;
-        if tokens != *len {
-            candle_core::bail!("an image of {tokens} tokens in a sequence of {len}");
-        }
-    }
-    let mut x = embeddings.forward(batch.images)?;
-    stack.try_forward(&mut x, &lengths)?;
-    Ok(x)
-}
-
 impl super::Config for Config {
     fn hidden_size(&self) -> usize {
         self.hidden_size
     }
     fn max_position_embeddings(&self) -> usize {
-        let side = self.image_size / self.patch_size.max(1);
-        1 + side * side
+        vision::trained_tokens(self.image_size, self.patch_size)
     }
     fn vocab_size(&self) -> usize {
         0
@@ -205,7 +172,7 @@ impl super::Config for Config {
 
 impl super::Model for Model {
     fn forward(&self, batch: &Batch) -> candle_core::Result<Vec<f32>> {
-        forward_images(&self.embeddings, &self.stack, batch)
+        vision::forward(&self.embeddings, None, &self.stack, batch)
     }
 
     fn pooler_size(&self) -> Option<usize> {

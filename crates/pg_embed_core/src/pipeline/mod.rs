@@ -414,8 +414,9 @@ impl Pipeline {
         })
     }
 
-    /// An image batch for the backbone: its images' tokens end to end.
-    fn image_batch(&self, pixels: &[Pixels]) -> Result<Vec<usize>> {
+    /// One forward pass of the backbone over preprocessed images, packed end to end (each
+    /// its [CLS] and patches), pooled with `modes`: one row per image.
+    fn pool_images(&self, pixels: &[Pixels], modes: &[PoolingMode]) -> Result<Vec<Vec<f32>>> {
         let mut bounds = Vec::with_capacity(pixels.len() + 1);
         bounds.push(0);
         for p in pixels {
@@ -425,7 +426,8 @@ impl Pipeline {
                 .map_err(|reason| Error::InvalidArgument { what: "image", reason })?;
             bounds.push(bounds[bounds.len() - 1] + n);
         }
-        Ok(bounds)
+        let batch = Batch { ids: &[], type_ids: &[], bounds: &bounds, images: pixels };
+        self.pool_batch(&batch, &vec![0; pixels.len()], modes)
     }
 
     /// Embeds images (encoded image files): one vector per image, in input order, through
@@ -451,9 +453,7 @@ impl Pipeline {
         if pixels.is_empty() {
             return Ok(Vec::new());
         }
-        let bounds = self.image_batch(pixels)?;
-        let batch = Batch { ids: &[], type_ids: &[], bounds: &bounds, images: pixels };
-        let pooled = self.pool_batch(&batch, &vec![0; pixels.len()], &self.pooling)?;
+        let pooled = self.pool_images(pixels, &self.pooling)?;
         self.finish(pooled)
     }
 
@@ -479,11 +479,8 @@ impl Pipeline {
         if pixels.is_empty() {
             return Ok(Vec::new());
         }
-        let bounds = self.image_batch(pixels)?;
-        let batch = Batch { ids: &[], type_ids: &[], bounds: &bounds, images: pixels };
-        let pooled = self.pool_batch(&batch, &vec![0; pixels.len()], &[classifier.pooling()])?;
-        let logits = classifier.forward(&pooled.concat());
-        Ok(logits.chunks(classifier.num_labels().max(1)).map(<[f32]>::to_vec).collect())
+        let pooled = self.pool_images(pixels, &[classifier.pooling()])?;
+        Ok(classifier.logits(&pooled))
     }
 
     /// The image processor's `pixel_values` of one image file.
@@ -609,8 +606,7 @@ impl Pipeline {
         rows: &[(&[u32], Option<&[u32]>, usize)],
     ) -> Result<Vec<Vec<f32>>> {
         let pooled = self.forward_pooled(rows, &[classifier.pooling()])?;
-        let logits = classifier.forward(&pooled.concat());
-        Ok(logits.chunks(classifier.num_labels().max(1)).map(<[f32]>::to_vec).collect())
+        Ok(classifier.logits(&pooled))
     }
 }
 
