@@ -19,13 +19,15 @@ pub struct AttentionBias<'a> {
 /// A term added to the scores of one head of one sequence before the softmax, computed
 /// from that sequence's queries and keys (DeBERTa's disentangled relative-position terms).
 pub trait ScoreTerm: Send + Sync {
-    /// Adds to `scores` [len, len] (query by key) of `head` in layer `layer`. Query i of
-    /// the head is `q[i * stride..][..head_dim]`, key j `k[j * stride..][..head_dim]`.
+    /// Adds to `scores` [len, len] (query by key) of `head` in layer `layer`, for the
+    /// sequence whose first token is token `offset` of the packed batch. Query i of the
+    /// head is `q[i * stride..][..head_dim]`, key j `k[j * stride..][..head_dim]`.
     #[allow(clippy::too_many_arguments)]
     fn add(
         &self,
         layer: usize,
         head: usize,
+        offset: usize,
         q: &[f32],
         k: &[f32],
         stride: usize,
@@ -302,7 +304,7 @@ pub(crate) unsafe fn attention(
             if let Some((term, layer)) = term {
                 let q = &qkv[offset * stride + head * d..];
                 let k = &qkv[offset * stride + width + kv * d..];
-                term.add(layer, head, q, k, stride, len, scores);
+                term.add(layer, head, offset, q, k, stride, len, scores);
             }
             let add = bias.map(|b| (&b.values[head * b.size * b.size..(head + 1) * b.size * b.size], b.size));
             unnormalized_softmax_rows(scores, len, add, shape.causal, shape.window, inverse_sums);

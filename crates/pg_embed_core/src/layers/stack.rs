@@ -65,6 +65,13 @@ pub struct Layer {
     pub mlp: Mlp,
     /// After the MLP (post-norm) or before it (pre-norm).
     pub output_norm: Norm,
+    /// Norms over each query head and each key head (of `head_dim` values), before rotary
+    /// positions (Qwen3's and Gemma 3's q_norm and k_norm).
+    pub qk_norms: Option<(Norm, Norm)>,
+    /// Norms over the attention block's output and the MLP's output, each before its
+    /// residual sum (Gemma 3's post_attention_layernorm and post_feedforward_layernorm, in a
+    /// pre-norm stack: the "sandwich").
+    pub post_norms: Option<(Norm, Norm)>,
 }
 
 impl Layer {
@@ -102,14 +109,22 @@ pub struct StackSpec {
     pub score_term: Option<Box<dyn ScoreTerm>>,
 }
 
-/// Layers that attend within a window: every layer whose index is not a multiple of
-/// `global_every` (layer 0 is global) sees only the keys at most `window` positions from
-/// each query, with its own rotary positions when `rotary` is given (the stack's
-/// otherwise).
+/// Layers that attend within a window: each layer marked in `layers` sees only the keys
+/// at most `window` positions from each query (the others attend globally), with its own
+/// rotary positions when `rotary` is given (the stack's otherwise).
 pub struct Sliding {
-    pub global_every: usize,
+    /// Whether layer i slides, one per layer.
+    pub layers: Vec<bool>,
     pub window: usize,
     pub rotary: Option<Rotary>,
+}
+
+impl Sliding {
+    /// Every layer slides but every `global_every`-th from layer 0 (ModernBERT's pattern).
+    pub fn between_global(global_every: usize, count: usize, window: usize, rotary: Option<Rotary>) -> Self {
+        let layers = (0..count).map(|i| global_every == 0 || !i.is_multiple_of(global_every)).collect();
+        Sliding { layers, window, rotary }
+    }
 }
 
 impl StackSpec {
@@ -155,6 +170,8 @@ pub(super) struct Call<'a> {
     pub rope: Option<(&'a [f32], &'a [f32])>,
     /// The sliding-window layers' own (cos, sin), when they have their own.
     pub local_rope: Option<(&'a [f32], &'a [f32])>,
+    /// A term added to the scores in this call, instead of the stack's own.
+    pub term: Option<&'a dyn ScoreTerm>,
 }
 
 impl Stack {
@@ -182,8 +199,8 @@ impl Stack {
             candle_core::bail!("rotary positions need an even head width, not {head_dim}");
         }
         if let Some(s) = &spec.sliding {
-            if s.global_every == 0 {
-                candle_core::bail!("sliding-window layers between global layers every 0 layers");
+            if s.layers.len() != layers.len() {
+                candle_core::bail!("{} sliding-window flags for {} layers", s.layers.len(), layers.len());
             }
             if s.rotary.as_ref().is_some_and(|r| head_dim % 2 != 0 || r.half() != head_dim / 2) {
                 candle_core::bail!("rotary positions need an even head width, not {head_dim}");
@@ -208,6 +225,10 @@ impl Stack {
                 }
             };
             let down = l.linears()[3];
+            let qk_ok =
+                l.qk_norms.as_ref().is_none_or(|(q, k)| q.width() == head_dim && k.width() == head_dim);
+            let post_ok =
+                l.post_norms.as_ref().is_none_or(|(a, m)| a.width() == hidden && m.width() == hidden);
             if l.qkv.inputs() != hidden
                 || l.qkv.outputs() != shape.qkv_width()
                 || l.attention_out.inputs() != shape.width()
@@ -216,6 +237,8 @@ impl Stack {
                 || l.output_norm.width() != hidden
                 || !mlp_ok
                 || down.outputs() != hidden
+                || !qk_ok
+                || !post_ok
             {
                 candle_core::bail!(
                     "layer {i}'s sizes do not fit a stack of width {hidden} with {heads} heads"
@@ -251,6 +274,18 @@ impl Stack {
     /// `bias`, when given, is added to every layer's scores instead of the stack's own
     /// relative position bias.
     pub fn forward(&self, x: &mut [f32], lengths: &[usize], bias: Option<&AttentionBias>) {
+        self.forward_with(x, lengths, bias, None)
+    }
+
+    /// As `forward`, with `term` added to every layer's scores in this call instead of the
+    /// stack's own score term (a term that depends on the batch: XLNet's segments).
+    pub fn forward_with(
+        &self,
+        x: &mut [f32],
+        lengths: &[usize],
+        bias: Option<&AttentionBias>,
+        term: Option<&dyn ScoreTerm>,
+    ) {
         let threads = rayon::current_num_threads().max(1);
         let tokens: usize = lengths.iter().sum();
         assert_eq!(x.len(), tokens * self.hidden, "packed input size");
@@ -266,6 +301,7 @@ impl Stack {
             bias: bias.or(own.as_ref()),
             rope: rope.as_ref().map(|(c, s)| (&c[..], &s[..])),
             local_rope: local_rope.as_ref().map(|(c, s)| (&c[..], &s[..])),
+            term: term.or(self.score_term.as_deref()),
         };
         if threads > 1 && lengths.len() >= 2 * threads {
             // One group of whole sequences per thread, of about equal token counts.
@@ -367,14 +403,16 @@ impl Stack {
     /// The steps `steps` takes (each `Share::split` one team step).
     fn step_count(&self) -> usize {
         let per_layer = |(i, l): (usize, &Layer)| {
-            7 + usize::from(self.rotary_of(i).is_some()) + usize::from(l.mlp.gated() > 0)
+            7 + usize::from(self.rotary_of(i).is_some() || l.qk_norms.is_some())
+                + usize::from(l.mlp.gated() > 0)
+                + 2 * usize::from(l.post_norms.is_some())
         };
         self.layers.iter().enumerate().map(per_layer).sum::<usize>() + usize::from(self.final_norm.is_some())
     }
 
     /// The sliding window of layer `i`, if it slides.
     fn window_of(&self, i: usize) -> Option<&Sliding> {
-        self.sliding.as_ref().filter(|s| !i.is_multiple_of(s.global_every))
+        self.sliding.as_ref().filter(|s| s.layers.get(i) == Some(&true))
     }
 
     /// The rotary positions of layer `i`.
@@ -416,20 +454,40 @@ impl Stack {
                     b.x
                 };
                 layer.qkv.forward_shared(input.get(), None, None, b.qkv, share);
-                if let Some((cos, sin)) = rope {
+                if rope.is_some() || layer.qk_norms.is_some() {
                     let half = head_dim / 2;
                     rows_shared(b.qkv, qkv_width, share, &|first, rows| {
                         for (i, row) in rows.chunks_exact_mut(qkv_width).enumerate() {
-                            let p = positions[first + i] as usize;
-                            let (cos, sin) = (&cos[p * half..(p + 1) * half], &sin[p * half..(p + 1) * half]);
-                            rotate(row, heads, head_dim, cos, sin);
-                            rotate(&mut row[width..], kv_heads, head_dim, cos, sin);
+                            if let Some((q_norm, k_norm)) = &layer.qk_norms {
+                                // Each head's values are one row of the norm.
+                                q_norm.forward(&mut row[..width]);
+                                k_norm.forward(&mut row[width..width + kv_heads * head_dim]);
+                            }
+                            if let Some((cos, sin)) = rope {
+                                let p = positions[first + i] as usize;
+                                let (cos, sin) =
+                                    (&cos[p * half..(p + 1) * half], &sin[p * half..(p + 1) * half]);
+                                rotate(row, heads, head_dim, cos, sin);
+                                rotate(&mut row[width..], kv_heads, head_dim, cos, sin);
+                            }
                         }
                     });
                 }
-                let term = self.score_term.as_deref().map(|t| (t, index));
+                let term = call.term.map(|t| (t, index));
                 attention(b.qkv.get(), shape, lengths, &tasks, call.bias, term, b.context, share);
-                layer.attention_out.forward_shared(b.context.get(), Some(b.x.get()), None, b.attended, share);
+                match &layer.post_norms {
+                    None => layer.attention_out.forward_shared(
+                        b.context.get(),
+                        Some(b.x.get()),
+                        None,
+                        b.attended,
+                        share,
+                    ),
+                    Some((after_attention, _)) => {
+                        layer.attention_out.forward_shared(b.context.get(), None, None, b.attended, share);
+                        normed_residual(b.attended, b.x, h, share, after_attention);
+                    }
+                }
                 let mlp_input = if pre {
                     normed_rows(b.attended, b.normed, h, share, &layer.output_norm);
                     b.normed
@@ -441,7 +499,8 @@ impl Stack {
                     Mlp::Plain { up, down } => {
                         let inner = Buf { ptr: b.inner.ptr, len: tokens * up.outputs() };
                         up.forward_shared(mlp_input.get(), None, Some(&activation), inner, share);
-                        down.forward_shared(inner.get(), Some(b.attended.get()), None, b.x, share);
+                        let residual = layer.post_norms.is_none().then(|| b.attended.get());
+                        down.forward_shared(inner.get(), residual, None, b.x, share);
                     }
                     Mlp::Gated { gate_up, down } => {
                         let ff = gate_up.outputs() / 2;
@@ -455,8 +514,12 @@ impl Stack {
                                 act.gated(&from[..ff], &from[ff..], row);
                             }
                         });
-                        down.forward_shared(glu.get(), Some(b.attended.get()), None, b.x, share);
+                        let residual = layer.post_norms.is_none().then(|| b.attended.get());
+                        down.forward_shared(glu.get(), residual, None, b.x, share);
                     }
+                }
+                if let Some((_, after_mlp)) = &layer.post_norms {
+                    normed_residual(b.x, b.attended, h, share, after_mlp);
                 }
                 if !pre {
                     rows_shared(b.x, h, share, &|_, rows| layer.output_norm.forward(rows));
@@ -587,6 +650,23 @@ unsafe fn normed_rows(from: Buf, to: Buf, width: usize, share: Share, norm: &Nor
         rows_shared(to, width, share, &|first, rows| {
             rows.copy_from_slice(&from[first * width..first * width + rows.len()]);
             norm.forward(rows);
+        })
+    }
+}
+
+/// `to` = `norm`(`to`) + `residual`, row by row, shared as `share` says (a block's output
+/// normalised before its residual sum).
+///
+/// # Safety
+/// As `rows_shared` for `to`; no thread writes `residual` meanwhile; they do not overlap.
+unsafe fn normed_residual(to: Buf, residual: Buf, width: usize, share: Share, norm: &Norm) {
+    unsafe {
+        let residual = residual.get();
+        rows_shared(to, width, share, &|first, rows| {
+            norm.forward(rows);
+            for (v, r) in rows.iter_mut().zip(&residual[first * width..]) {
+                *v += r;
+            }
         })
     }
 }

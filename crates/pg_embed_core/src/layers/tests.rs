@@ -214,6 +214,8 @@ fn stack(s: &Setting, raws: &[Raw], packed: bool) -> Stack {
                 Mlp::Plain { up: lin(&r.up, &r.up_b, up, HIDDEN), down: lin(&r.down, &r.down_b, HIDDEN, FF) }
             },
             output_norm: norm(&r.n2),
+            qk_norms: None,
+            post_norms: None,
         })
         .collect();
     let spec = StackSpec {
@@ -230,7 +232,7 @@ fn stack(s: &Setting, raws: &[Raw], packed: bool) -> Stack {
         relative_bias: s.relative.then(|| {
             RelativeBias::new(noise(BUCKETS * s.heads, 99, 1.0), BUCKETS, s.heads, MAX_DISTANCE).unwrap()
         }),
-        sliding: s.window.map(|window| Sliding { global_every: 2, window, rotary: None }),
+        sliding: s.window.map(|window| Sliding::between_global(2, raws.len(), window, None)),
         scale: None,
         score_term: None,
     };
@@ -401,6 +403,7 @@ fn check(s: Setting) {
                 bias: bias.as_ref(),
                 rope: rope.as_ref().map(|(c, s)| (&c[..], &s[..])),
                 local_rope: None,
+                term: None,
             };
             st.run_as(&mut teamed, &lengths, &call, 2, true)
         })

@@ -125,7 +125,15 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
                     down: lin(l.pp("mlp.fc2"), h, ff)?,
                 };
                 let output_norm = norm(l.pp("layer_norm2"))?;
-                Ok(layers::Layer { qkv, attention_out, attention_norm, mlp, output_norm })
+                Ok(layers::Layer {
+                    qkv,
+                    attention_out,
+                    attention_norm,
+                    mlp,
+                    output_norm,
+                    qk_norms: None,
+                    post_norms: None,
+                })
             })
             .collect::<candle_core::Result<Vec<_>>>()?;
         let spec = layers::StackSpec {

@@ -187,6 +187,7 @@ impl layers::ScoreTerm for Disentangled {
         &self,
         layer: usize,
         head: usize,
+        _offset: usize,
         q: &[f32],
         k: &[f32],
         stride: usize,
@@ -348,6 +349,8 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
                     down: linear(l.pp("output.dense"), h, ff)?,
                 },
                 output_norm: norm(l.pp("output.LayerNorm"), h)?,
+                qk_norms: None,
+                post_norms: None,
             });
         }
         let e = vb.pp("embeddings");

@@ -295,6 +295,8 @@ fn load_layers(
                     down: linear(l.pp("output.dense"), h, spec.intermediate_size)?,
                 },
                 output_norm: norm(l.pp("output.LayerNorm"))?,
+                qk_norms: None,
+                post_norms: None,
             })
         })
         .collect::<candle_core::Result<Vec<_>>>()?;

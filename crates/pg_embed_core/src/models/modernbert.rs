@@ -221,6 +221,8 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
                         down: linear(l.pp("mlp.Wo"), h, ff)?,
                     },
                     output_norm: norm(l.pp("mlp_norm"))?,
+                    qk_norms: None,
+                    post_norms: None,
                 })
             })
             .collect::<candle_core::Result<Vec<_>>>()?;
@@ -231,11 +233,12 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
             norm_position: layers::NormPosition::Pre,
             final_norm: Some(norm(vb.pp("final_norm"))?),
             rotary: Some(layers::Rotary::new(head_dim, global_theta)),
-            sliding: Some(layers::Sliding {
+            sliding: Some(layers::Sliding::between_global(
                 global_every,
+                cfg.num_hidden_layers,
                 window,
-                rotary: Some(layers::Rotary::new(head_dim, local_theta)),
-            }),
+                Some(layers::Rotary::new(head_dim, local_theta)),
+            )),
             ..layers::StackSpec::post_norm(h, cfg.num_attention_heads, layers::Activation::Gelu)
         };
         let norm = norm(vb.pp("embeddings.norm"))?;

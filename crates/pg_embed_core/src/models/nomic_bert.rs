@@ -200,6 +200,8 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
                         attention_norm,
                         mlp,
                         output_norm: norm(l.pp("norm2"))?,
+                        qk_norms: None,
+                        post_norms: None,
                     })
                 } else {
                     let l = vb.pp(format!("layers.{i}"));
@@ -219,7 +221,15 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
                         down: no_bias(l.pp("mlp.down_proj"), ff, h)?,
                     };
                     let output_norm = norm(l.pp("post_mlp_layernorm"))?;
-                    Ok(layers::Layer { qkv, attention_out, attention_norm, mlp, output_norm })
+                    Ok(layers::Layer {
+                        qkv,
+                        attention_out,
+                        attention_norm,
+                        mlp,
+                        output_norm,
+                        qk_norms: None,
+                        post_norms: None,
+                    })
                 }
             })
             .collect::<candle_core::Result<Vec<_>>>()?;

@@ -152,7 +152,15 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
                 } else {
                     layers::Mlp::Plain { up: lin(f.pp("wi"), d, ff)?, down: lin(f.pp("wo"), ff, d)? }
                 };
-                Ok(layers::Layer { qkv, attention_out, attention_norm, mlp, output_norm })
+                Ok(layers::Layer {
+                    qkv,
+                    attention_out,
+                    attention_norm,
+                    mlp,
+                    output_norm,
+                    qk_norms: None,
+                    post_norms: None,
+                })
             })
             .collect::<candle_core::Result<Vec<_>>>()?;
         let embed = layers::Embedding::from_tensor(&vb.pp(embed_name).get((cfg.vocab_size, d), "weight")?)?;

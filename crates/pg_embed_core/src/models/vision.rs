@@ -337,6 +337,8 @@ pub fn pre_norm_stack(
                     down: scaled(&l, names.down, h, ff, scale_mlp)?,
                 },
                 output_norm: weights::layer_norm(&l.pp(names.norm_after), h, eps, true)?,
+                qk_norms: None,
+                post_norms: None,
             })
         })
         .collect::<candle_core::Result<Vec<_>>>()?;
