@@ -231,7 +231,7 @@ impl Encoder {
         // transformers' order: words + token types, then + positions.
         let mut packed = self.word.gather(batch.ids)?;
         if let Some(token_type) = &self.token_type {
-            token_type.add(batch.type_ids.iter().copied(), &mut packed)?;
+            token_type.add(batch.type_ids_or_zeros().iter().copied(), &mut packed)?;
         }
         let mut positions = Vec::with_capacity(batch.tokens());
         for i in 0..batch.len() {

@@ -38,7 +38,9 @@ pub mod vit;
 #[derive(Debug, Clone, Copy)]
 pub struct Batch<'a> {
     pub ids: &'a [u32],
-    /// Token type (segment) ids, one per token.
+    /// Token type (segment) ids, one per token; empty when the tokenizer passes none
+    /// (transformers' `model_input_names` without `token_type_ids`), and then each model
+    /// does what transformers does without them (BERT: zeros; GPT-2: no token type term).
     pub type_ids: &'a [u32],
     pub bounds: &'a [usize],
     /// The images of an image batch (empty for text).
@@ -103,6 +105,16 @@ impl<'a> Batch<'a> {
     /// Whether this is an image batch.
     pub fn is_image(&self) -> bool {
         !self.images.is_empty()
+    }
+
+    /// The token type ids transformers' BERT family uses: the given ones, or zeros when
+    /// the tokenizer passes none.
+    pub fn type_ids_or_zeros(&self) -> std::borrow::Cow<'a, [u32]> {
+        if self.type_ids.is_empty() {
+            std::borrow::Cow::Owned(vec![0; self.ids.len()])
+        } else {
+            std::borrow::Cow::Borrowed(self.type_ids)
+        }
     }
 
     /// A text batch.

@@ -296,6 +296,6 @@ impl super::Config for Config {
 
 impl super::Model for Model {
     fn forward(&self, batch: &super::Batch) -> candle_core::Result<Vec<f32>> {
-        self.forward_packed(batch.ids, batch.type_ids, batch.bounds)
+        self.forward_packed(batch.ids, &batch.type_ids_or_zeros(), batch.bounds)
     }
 }

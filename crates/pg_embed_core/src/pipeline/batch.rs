@@ -3,6 +3,7 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
+use super::text::Encoded;
 use super::Stats;
 use crate::error::{Error, Result};
 use crate::models::Batch;
@@ -41,6 +42,7 @@ pub(super) fn in_batches<T: Send>(
 }
 
 /// Encoded inputs laid end to end: what [`Batch`] borrows, and each input's pooling skip.
+/// Token type ids are empty unless the rows carry them (the tokenizer passes none).
 pub(super) struct Packed {
     pub(super) ids: Vec<u32>,
     pub(super) type_ids: Vec<u32>,
@@ -49,9 +51,10 @@ pub(super) struct Packed {
 }
 
 impl Packed {
-    /// Rows of (token ids, token type ids if any, pooling skip).
-    pub(super) fn of(rows: &[(&[u32], Option<&[u32]>, usize)]) -> Self {
-        let tokens = rows.iter().map(|(ids, _, _)| ids.len()).sum();
+    /// Encoded rows; type ids are kept when every row has them, one per token.
+    pub(super) fn of(rows: &[&Encoded]) -> Self {
+        let tokens = rows.iter().map(|r| r.ids.len()).sum();
+        let typed = !rows.is_empty() && rows.iter().all(|r| r.types.len() == r.ids.len());
         let mut packed = Packed {
             ids: Vec::with_capacity(tokens),
             type_ids: Vec::with_capacity(tokens),
@@ -59,14 +62,13 @@ impl Packed {
             skips: Vec::with_capacity(rows.len()),
         };
         packed.bounds.push(0);
-        for (ids, types, skip) in rows {
-            packed.ids.extend_from_slice(ids);
-            match types {
-                Some(types) if types.len() == ids.len() => packed.type_ids.extend_from_slice(types),
-                _ => packed.type_ids.extend(std::iter::repeat_n(0, ids.len())),
+        for row in rows {
+            packed.ids.extend_from_slice(&row.ids);
+            if typed {
+                packed.type_ids.extend_from_slice(&row.types);
             }
             packed.bounds.push(packed.ids.len());
-            packed.skips.push(*skip);
+            packed.skips.push(row.skip);
         }
         packed
     }

@@ -7,7 +7,7 @@ use std::path::Path;
 use candle_core::Device;
 use tokenizers::{PostProcessor, TruncationParams};
 
-use super::text::{check_token_ids, load_tokenizer, prompt_length, tokenizer_max_length};
+use super::text::{check_token_ids, load_tokenizer, passes_type_ids, prompt_length, tokenizer_max_length};
 use super::text::{Prompt, Text};
 use super::{known_prompts, Input, Pipeline, PipelineInfo, Stats};
 use crate::classifier::{Classifier, HeadConfig};
@@ -334,7 +334,8 @@ fn load_text(
         }
     }
 
-    let text = Text { tokenizer, untruncated, lowercase, prompts, default_prompt, include_prompt };
+    let type_ids = passes_type_ids(&bdir.join("tokenizer_config.json"))?;
+    let text = Text { tokenizer, untruncated, lowercase, prompts, default_prompt, include_prompt, type_ids };
     Ok((text, max_length, prompt_texts))
 }
 

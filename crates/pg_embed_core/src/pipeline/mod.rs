@@ -25,7 +25,7 @@ mod text;
 
 pub use batch::length_batches;
 use batch::{in_batches, Packed};
-use text::{encode, Prompt, Text};
+use text::{encode, encode_typed, Encoded, Prompt, Text};
 
 /// What `embed.model_info` shows: the pipeline as resolved from files and options.
 #[derive(Debug, Clone, Serialize)]
@@ -88,7 +88,7 @@ pub struct Stats {
 /// consecutive rows each input spans (more than one for an input embedded as the mean of
 /// its chunks).
 struct Prepared {
-    rows: Vec<(Vec<u32>, usize)>,
+    rows: Vec<Encoded>,
     spans: Vec<usize>,
 }
 
@@ -189,25 +189,25 @@ impl Pipeline {
     /// Token ids of one input with a prompt (as [`Pipeline::embed_with_prompt`] takes it),
     /// and how many leading tokens pooling leaves out.
     pub fn tokenize_with_prompt(&self, text: &str, prompt_name: Option<&str>) -> Result<(Vec<u32>, usize)> {
-        let (ids, skip, _) = self.encode_prompted(text, self.prompt(prompt_name)?)?;
-        Ok((ids, skip))
+        let (row, _) = self.encode_prompted(text, self.prompt(prompt_name)?)?;
+        Ok((row.ids, row.skip))
     }
 
     /// sentence-transformers prepends the prompt to the text before tokenizing; with
     /// include_prompt false, pooling leaves out the prompt's tokens ([CLS] included).
     /// Also whether the input was cut at max_length.
-    fn encode_prompted(&self, text: &str, prompt: Option<&Prompt>) -> Result<(Vec<u32>, usize, bool)> {
-        match prompt {
-            None => {
-                let (ids, cut) = encode(&self.text()?.tokenizer, self.text()?.lowercase, text)?;
-                Ok((ids, 0, cut))
-            }
-            Some(p) => {
-                let (ids, cut) =
-                    encode(&self.text()?.tokenizer, self.text()?.lowercase, &format!("{}{text}", p.text))?;
-                Ok((ids, if self.text()?.include_prompt { 0 } else { p.length }, cut))
-            }
-        }
+    fn encode_prompted(&self, text: &str, prompt: Option<&Prompt>) -> Result<(Encoded, bool)> {
+        let t = self.text()?;
+        let (ids, types, cut) = match prompt {
+            None => encode_typed(&t.tokenizer, t.lowercase, text)?,
+            Some(p) => encode_typed(&t.tokenizer, t.lowercase, &format!("{}{text}", p.text))?,
+        };
+        let skip = match prompt {
+            Some(p) if !t.include_prompt => p.length,
+            _ => 0,
+        };
+        let types = if t.type_ids { types } else { Vec::new() };
+        Ok((Encoded { ids, types, skip }, cut))
     }
 
     /// Embeds a batch of inputs with the default prompt: one vector per input, in input order.
@@ -220,7 +220,7 @@ impl Pipeline {
     /// prompt (if any), `Some("")` no prompt.
     pub fn embed_with_prompt(&self, texts: &[&str], prompt_name: Option<&str>) -> Result<Vec<Vec<f32>>> {
         let prepared = self.prepare(texts, prompt_name)?;
-        let vectors = self.embed_encoded(&prepared.rows)?;
+        let vectors = self.embed_encoded(&prepared.rows.iter().collect::<Vec<_>>())?;
         Ok(self.combine(vectors, &prepared.spans))
     }
 
@@ -237,9 +237,9 @@ impl Pipeline {
     ) -> Result<Vec<Vec<f32>>> {
         let prepared = self.prepare(texts, None)?;
         let encoded = &prepared.rows;
-        let lengths: Vec<usize> = encoded.iter().map(|(ids, _)| ids.len()).collect();
+        let lengths: Vec<usize> = encoded.iter().map(|r| r.ids.len()).collect();
         let out = in_batches(&lengths, max_batch_tokens, threads, &mut before_batch, |batch| {
-            let rows: Vec<(Vec<u32>, usize)> = batch.iter().map(|&i| encoded[i].clone()).collect();
+            let rows: Vec<&Encoded> = batch.iter().map(|&i| &encoded[i]).collect();
             self.embed_encoded(&rows)
         })?;
         Ok(self.combine(out, &prepared.spans))
@@ -256,7 +256,7 @@ impl Pipeline {
             Prepared { rows: Vec::with_capacity(texts.len()), spans: Vec::with_capacity(texts.len()) };
         let (mut truncated, mut chunked) = (0, 0);
         for text in texts {
-            let (ids, skip, cut) = self.encode_prompted(text, prompt)?;
+            let (row, cut) = self.encode_prompted(text, prompt)?;
             if cut {
                 match self.long_input {
                     LongInput::Truncate => truncated += 1,
@@ -269,12 +269,11 @@ impl Pipeline {
                     }
                     LongInput::MeanOfChunks => {
                         // Each chunk gets the prompt and the special tokens around it.
-                        let overhead = self.encode_prompted("", prompt)?.0.len();
+                        let overhead = self.encode_prompted("", prompt)?.0.ids.len();
                         let budget = self.info.max_length.saturating_sub(overhead).max(1);
                         let chunks = self.chunk(text, budget, 0)?;
                         for c in &chunks {
-                            let (ids, skip, _) = self.encode_prompted(&text[c.bytes.clone()], prompt)?;
-                            prepared.rows.push((ids, skip));
+                            prepared.rows.push(self.encode_prompted(&text[c.bytes.clone()], prompt)?.0);
                         }
                         prepared.spans.push(chunks.len());
                         chunked += 1;
@@ -282,10 +281,10 @@ impl Pipeline {
                     }
                 }
             }
-            prepared.rows.push((ids, skip));
+            prepared.rows.push(row);
             prepared.spans.push(1);
         }
-        let tokens: usize = prepared.rows.iter().map(|(ids, _)| ids.len()).sum();
+        let tokens: usize = prepared.rows.iter().map(|r| r.ids.len()).sum();
         self.stats.count_call(texts.len(), tokens);
         self.stats.truncated.fetch_add(truncated, Relaxed);
         self.stats.chunked.fetch_add(chunked, Relaxed);
@@ -318,13 +317,11 @@ impl Pipeline {
     }
 
     /// One batch of encoded inputs through backbone, pooling, heads, normalize.
-    fn embed_encoded(&self, encoded: &[(Vec<u32>, usize)]) -> Result<Vec<Vec<f32>>> {
-        if encoded.is_empty() {
+    fn embed_encoded(&self, rows: &[&Encoded]) -> Result<Vec<Vec<f32>>> {
+        if rows.is_empty() {
             return Ok(Vec::new());
         }
-        let rows: Vec<(&[u32], Option<&[u32]>, usize)> =
-            encoded.iter().map(|(ids, skip)| (ids.as_slice(), None, *skip)).collect();
-        let pooled = self.forward_pooled(&rows, &self.pooling)?;
+        let pooled = self.forward_pooled(rows, &self.pooling)?;
         self.finish(pooled)
     }
 
@@ -344,13 +341,9 @@ impl Pipeline {
         Ok(out)
     }
 
-    /// One forward pass of the backbone over `rows` (token ids, token type ids if any,
-    /// pooling skip), packed, pooled with `modes`: one row per input.
-    fn forward_pooled(
-        &self,
-        rows: &[(&[u32], Option<&[u32]>, usize)],
-        modes: &[PoolingMode],
-    ) -> Result<Vec<Vec<f32>>> {
+    /// One forward pass of the backbone over encoded `rows`, packed, pooled with `modes`:
+    /// one row per input.
+    fn forward_pooled(&self, rows: &[&Encoded], modes: &[PoolingMode]) -> Result<Vec<Vec<f32>>> {
         let packed = Packed::of(rows);
         self.pool_batch(&packed.batch(), &packed.skips, modes)
     }
@@ -508,13 +501,12 @@ impl Pipeline {
     /// without a prompt), [tokens][hidden] per input, run as one packed batch: what
     /// transformers' `last_hidden_state` holds.
     pub fn hidden_states(&self, texts: &[&str]) -> Result<Vec<Vec<Vec<f32>>>> {
-        let encoded = texts.iter().map(|t| self.tokenize(t)).collect::<Result<Vec<_>>>()?;
+        let encoded =
+            texts.iter().map(|t| Ok(self.encode_prompted(t, None)?.0)).collect::<Result<Vec<_>>>()?;
         if encoded.is_empty() {
             return Ok(Vec::new());
         }
-        let rows: Vec<(&[u32], Option<&[u32]>, usize)> =
-            encoded.iter().map(|ids| (ids.as_slice(), None, 0)).collect();
-        let packed = Packed::of(&rows);
+        let packed = Packed::of(&encoded.iter().collect::<Vec<_>>());
         let batch = packed.batch();
         let hidden = self.backbone.forward(&batch).map_err(Error::inference)?;
         let h = self.hidden_size;
@@ -529,7 +521,8 @@ impl Pipeline {
     }
 
     /// Token ids and token type ids of an input or a sentence pair, as transformers'
-    /// `tokenizer(text, pair, truncation=True)` gives them (longest-first truncation).
+    /// `tokenizer(text, pair, truncation=True)` gives them (longest-first truncation); the
+    /// type ids are empty when the tokenizer passes none to the model.
     /// A tokenizer whose post-processor adds no special tokens to a pair has no pair template:
     /// the two texts would run together, so a pair is refused.
     pub fn tokenize_pair(&self, text: &str, pair: Option<&str>) -> Result<(Vec<u32>, Vec<u32>)> {
@@ -548,7 +541,8 @@ impl Pipeline {
             }
             self.stats.truncated.fetch_add(1, Relaxed);
         }
-        Ok((enc.get_ids().to_vec(), enc.get_type_ids().to_vec()))
+        let types = if self.text()?.type_ids { enc.get_type_ids().to_vec() } else { Vec::new() };
+        Ok((enc.get_ids().to_vec(), types))
     }
 
     fn encode_pair(
@@ -593,18 +587,16 @@ impl Pipeline {
         let lengths: Vec<usize> = encoded.iter().map(|(ids, _)| ids.len()).collect();
         self.stats.count_call(inputs.len(), lengths.iter().sum());
         in_batches(&lengths, max_batch_tokens, threads, &mut before_batch, |batch| {
-            let rows: Vec<(&[u32], Option<&[u32]>, usize)> =
-                batch.iter().map(|&i| (encoded[i].0.as_slice(), Some(encoded[i].1.as_slice()), 0)).collect();
-            self.classify_encoded(classifier, &rows)
+            let rows: Vec<Encoded> = batch
+                .iter()
+                .map(|&i| Encoded { ids: encoded[i].0.clone(), types: encoded[i].1.clone(), skip: 0 })
+                .collect();
+            self.classify_encoded(classifier, &rows.iter().collect::<Vec<_>>())
         })
     }
 
     /// One batch of encoded inputs (or pairs) through backbone and classification head.
-    fn classify_encoded(
-        &self,
-        classifier: &Classifier,
-        rows: &[(&[u32], Option<&[u32]>, usize)],
-    ) -> Result<Vec<Vec<f32>>> {
+    fn classify_encoded(&self, classifier: &Classifier, rows: &[&Encoded]) -> Result<Vec<Vec<f32>>> {
         let pooled = self.forward_pooled(rows, &[classifier.pooling()])?;
         Ok(classifier.logits(&pooled))
     }

@@ -17,6 +17,59 @@ pub(super) struct Text {
     pub(super) prompts: BTreeMap<String, Prompt>,
     pub(super) default_prompt: Option<String>,
     pub(super) include_prompt: bool,
+    /// Whether the tokenizer passes token type ids to the model (see [`passes_type_ids`]).
+    pub(super) type_ids: bool,
+}
+
+/// An input as the backbone takes it: token ids, token type ids (empty when the tokenizer
+/// passes none) and how many leading tokens pooling leaves out.
+#[derive(Debug, Clone)]
+pub(super) struct Encoded {
+    pub(super) ids: Vec<u32>,
+    pub(super) types: Vec<u32>,
+    pub(super) skip: usize,
+}
+
+/// Tokenizer classes of transformers 5 whose `model_input_names` list `token_type_ids`
+/// (every other class's default leaves them out).
+const TYPE_ID_CLASSES: &[&str] = &[
+    "BertTokenizer",
+    "CanineTokenizer",
+    "ConvBertTokenizer",
+    "DPRContextEncoderTokenizer",
+    "DPRQuestionEncoderTokenizer",
+    "DebertaTokenizer",
+    "DebertaV2Tokenizer",
+    "ElectraTokenizer",
+    "FNetTokenizer",
+    "LayoutLMv2Tokenizer",
+    "MarkupLMTokenizer",
+    "MobileBertTokenizer",
+    "SqueezeBertTokenizer",
+    "TapasTokenizer",
+];
+
+/// Whether transformers' tokenizer passes `token_type_ids` to the model: when
+/// tokenizer_config.json lists `model_input_names`, whether they include them; else
+/// whether the tokenizer class's default does (`TYPE_ID_CLASSES`, with or without `Fast`).
+/// A model directory without tokenizer_config.json or a tokenizer class keeps them
+/// (the tokenizer's own type ids, zeros for a single text).
+pub(super) fn passes_type_ids(path: &Path) -> Result<bool> {
+    #[derive(serde::Deserialize)]
+    struct TokenizerConfig {
+        model_input_names: Option<Vec<String>>,
+        tokenizer_class: Option<String>,
+    }
+    let cfg: Option<TokenizerConfig> = crate::st::read_json_opt(path)?;
+    Ok(match cfg {
+        Some(TokenizerConfig { model_input_names: Some(names), .. }) => {
+            names.iter().any(|n| n == "token_type_ids")
+        }
+        Some(TokenizerConfig { tokenizer_class: Some(class), .. }) => {
+            TYPE_ID_CLASSES.contains(&class.strip_suffix("Fast").unwrap_or(&class))
+        }
+        _ => true,
+    })
 }
 
 /// A named prompt and how many of its tokens pooling leaves out when `include_prompt` is
@@ -30,9 +83,19 @@ pub(super) struct Prompt {
 /// lowercased when sentence_bert_config.json says `do_lower_case`.
 /// Also whether the tokenizer cut the input at its max length.
 pub(super) fn encode(tokenizer: &Tokenizer, lowercase: bool, text: &str) -> Result<(Vec<u32>, bool)> {
+    let (ids, _, cut) = encode_typed(tokenizer, lowercase, text)?;
+    Ok((ids, cut))
+}
+
+/// As [`encode`], with the token type ids the tokenizer's template gives.
+pub(super) fn encode_typed(
+    tokenizer: &Tokenizer,
+    lowercase: bool,
+    text: &str,
+) -> Result<(Vec<u32>, Vec<u32>, bool)> {
     let text = if lowercase { text.to_lowercase() } else { text.to_string() };
     let enc = tokenizer.encode_fast(text, true).map_err(|e| Error::Tokenize(e.to_string()))?;
-    Ok((enc.get_ids().to_vec(), !enc.get_overflowing().is_empty()))
+    Ok((enc.get_ids().to_vec(), enc.get_type_ids().to_vec(), !enc.get_overflowing().is_empty()))
 }
 
 /// sentence-transformers' prompt length: the tokens of the prompt alone, special tokens
