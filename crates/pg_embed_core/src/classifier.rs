@@ -39,6 +39,17 @@ pub struct HeadConfig {
     pub norm_eps: Option<f64>,
     #[serde(default)]
     pub norm_bias: Option<bool>,
+    /// The token GPT-2's and the decoders' heads look past when they read the last token.
+    #[serde(default)]
+    pub pad_token_id: Option<u32>,
+    /// XLNet's SequenceSummary: which token ("last" by default), a projection or not, its
+    /// activation (default "tanh" in XLNetConfig).
+    #[serde(default)]
+    pub summary_type: Option<String>,
+    #[serde(default)]
+    pub summary_use_proj: Option<bool>,
+    #[serde(default)]
+    pub summary_activation: Option<String>,
 }
 
 /// How a head is built: the token states it reads, its dense layer (weight name and
@@ -104,6 +115,24 @@ const HEADS: &[HeadRow] = &[
             Ok((Pool::First, Some(("pooler.dense", activation)), None, "classifier"))
         },
     },
+    // GPT-2 and the decoders: `score` (no bias) on the last token that is not padding.
+    HeadRow {
+        architecture: "GPT2ForSequenceClassification",
+        model_types: &["gpt2"],
+        layout: |c| Ok((Pool::LastNonPadding(c.pad_token_id), None, None, "score")),
+    },
+    HeadRow {
+        architecture: "Qwen2ForSequenceClassification",
+        model_types: &["qwen2"],
+        layout: |c| Ok((Pool::LastNonPadding(c.pad_token_id), None, None, "score")),
+    },
+    HeadRow {
+        architecture: "Qwen3ForSequenceClassification",
+        model_types: &["qwen3"],
+        layout: |c| Ok((Pool::LastNonPadding(c.pad_token_id), None, None, "score")),
+    },
+    // XLNet: SequenceSummary (its token, projection and activation), then logits_proj.
+    HeadRow { architecture: "XLNetForSequenceClassification", model_types: &["xlnet"], layout: sequence_summary },
     // ModernBERT: cls or mean pooling, dense, activation, norm, classifier.
     HeadRow {
         architecture: "ModernBertForSequenceClassification",
@@ -128,6 +157,39 @@ const HEADS: &[HeadRow] = &[
         },
     },
 ];
+
+/// XLNet's head: transformers' SequenceSummary over the token `summary_type` names (with no
+/// `cls_index` given, "cls_index" is the last token), `summary.dense` and its activation
+/// when `summary_use_proj`, then `logits_proj`.
+fn sequence_summary(c: &HeadConfig) -> Result<Layout> {
+    let unsupported = |what, value: &str, supported| Error::Unsupported {
+        what,
+        value: value.into(),
+        path: "config.json".into(),
+        supported,
+    };
+    let pool = match c.summary_type.as_deref().unwrap_or("last") {
+        "last" | "cls_index" => Pool::Last,
+        "first" => Pool::First,
+        "mean" => Pool::Mean,
+        other => return Err(unsupported("summary_type", other, "last, first, mean, cls_index")),
+    };
+    let activation = match c.summary_activation.as_deref() {
+        None => Activation::Identity,
+        Some(name) => act("summary_activation", name)?,
+    };
+    if !c.summary_use_proj.unwrap_or(true) {
+        if activation != Activation::Identity {
+            return Err(unsupported(
+                "summary_use_proj",
+                "false",
+                "true, or false with no summary_activation",
+            ));
+        }
+        return Ok((pool, None, None, "logits_proj"));
+    }
+    Ok((pool, Some(("sequence_summary.summary", activation)), None, "logits_proj"))
+}
 
 #[derive(Debug, Default, Deserialize)]
 pub struct CrossEncoderConfig {
@@ -158,8 +220,10 @@ pub enum Problem {
 }
 
 pub const SUPPORTED: &str = "BertForSequenceClassification, DebertaV2ForSequenceClassification, \
-DistilBertForSequenceClassification, ElectraForSequenceClassification, ModernBertForSequenceClassification, \
-RobertaForSequenceClassification, ViTForImageClassification, XLMRobertaForSequenceClassification";
+DistilBertForSequenceClassification, ElectraForSequenceClassification, GPT2ForSequenceClassification, \
+ModernBertForSequenceClassification, Qwen2ForSequenceClassification, Qwen3ForSequenceClassification, \
+RobertaForSequenceClassification, ViTForImageClassification, XLMRobertaForSequenceClassification, \
+XLNetForSequenceClassification";
 
 /// Which token states a head reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -170,6 +234,11 @@ enum Pool {
     First,
     /// The attention-masked mean over tokens (ModernBERT's `classifier_pooling = "mean"`).
     Mean,
+    /// The last token (XLNet's SequenceSummary: XLNet puts `<cls>` last).
+    Last,
+    /// The last token whose id is not the pad token (GPT-2 and the decoders; with no pad
+    /// token, the last).
+    LastNonPadding(Option<u32>),
 }
 
 /// A `*ForSequenceClassification` head: pool, then optionally dense -> activation -> norm,
@@ -301,6 +370,16 @@ impl Classifier {
             Pool::BackbonePooler => PoolingMode::Pooler,
             Pool::First => PoolingMode::Cls,
             Pool::Mean => PoolingMode::Mean,
+            Pool::Last | Pool::LastNonPadding(_) => PoolingMode::Lasttoken,
+        }
+    }
+
+    /// `Some(pad token)` when the head reads the last token that is not padding (see
+    /// `Pool::LastNonPadding`).
+    pub fn reads_last_non_padding(&self) -> Option<Option<u32>> {
+        match self.head.pool {
+            Pool::LastNonPadding(pad) => Some(pad),
+            _ => None,
         }
     }
 
@@ -360,6 +439,8 @@ impl Classifier {
                 Pool::BackbonePooler => "pooler",
                 Pool::First => "first token",
                 Pool::Mean => "mean",
+                Pool::Last => "last token",
+                Pool::LastNonPadding(_) => "last non-padding token",
             },
             "dense_activation": self.head.dense.as_ref().map(|(_, a, _)| a.name()),
             "norm": self.head.dense.as_ref().is_some_and(|(_, _, n)| n.is_some()),

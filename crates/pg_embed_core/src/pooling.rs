@@ -52,6 +52,10 @@ pub struct Sequences<'a> {
     pub bounds: &'a [usize],
     pub skips: &'a [usize],
     pub summary: usize,
+    /// Per sequence, the token `lasttoken` reads, counted from the sequence's start, where
+    /// it is not the last one (a classification head that reads the last token that is not
+    /// padding, as GPT-2's); empty: the last.
+    pub lasts: &'a [usize],
 }
 
 /// Pools `hidden` [tokens, width] (a packed batch) into one row per sequence of
@@ -89,7 +93,10 @@ pub fn pool(
                 // all-zero mask is 0, as in sentence-transformers).
                 PoolingMode::Cls if first < end => row.extend_from_slice(token(first)),
                 PoolingMode::Cls if end > start => row.extend_from_slice(token(start)),
-                PoolingMode::Lasttoken if !counted.is_empty() => row.extend_from_slice(token(end - 1)),
+                PoolingMode::Lasttoken if !counted.is_empty() => {
+                    let last = sequences.lasts.get(i).map_or(end - 1, |&at| (start + at).min(end - 1));
+                    row.extend_from_slice(token(last))
+                }
                 // No token: zeros, as sentence-transformers' gather over the masked states gives.
                 PoolingMode::Cls | PoolingMode::Lasttoken => row.extend(std::iter::repeat_n(0f32, width)),
                 PoolingMode::Mean => row.extend(sum().into_iter().map(|s| s / n.max(1e-9))),
@@ -142,7 +149,7 @@ mod tests {
     const BOUNDS: [usize; 3] = [0, 3, 5];
 
     fn run(modes: &[PoolingMode]) -> Vec<Vec<f32>> {
-        pool(&HIDDEN, 2, Sequences { bounds: &BOUNDS, skips: &[0, 0], summary: 0 }, modes, None).unwrap()
+        pool(&HIDDEN, 2, Sequences { bounds: &BOUNDS, skips: &[0, 0], summary: 0, lasts: &[] }, modes, None).unwrap()
     }
 
     #[test]
@@ -171,12 +178,19 @@ mod tests {
         let got = pool(
             &HIDDEN,
             2,
-            Sequences { bounds: &BOUNDS, skips: &[1, 2], summary: 0 },
+            Sequences { bounds: &BOUNDS, skips: &[1, 2], summary: 0, lasts: &[] },
             &[PoolingMode::Cls, PoolingMode::Lasttoken],
             None,
         )
         .unwrap();
         assert_eq!(got, vec![vec![3., -4., 5., 0.], vec![-1., 1., 0., 0.]]);
+    }
+
+    #[test]
+    fn lasttoken_reads_the_given_token() {
+        let sequences = Sequences { bounds: &BOUNDS, skips: &[0, 0], summary: 0, lasts: &[1, 0] };
+        let got = pool(&HIDDEN, 2, sequences, &[PoolingMode::Lasttoken], None).unwrap();
+        assert_eq!(got, vec![vec![3., -4.], vec![-1., 1.]]);
     }
 
     #[test]
@@ -188,7 +202,7 @@ mod tests {
     #[test]
     fn pooler_output_is_passed_through() {
         let pooled = vec![vec![7f32, 8.], vec![9., 10.]];
-        let sequences = Sequences { bounds: &BOUNDS, skips: &[0, 0], summary: 0 };
+        let sequences = Sequences { bounds: &BOUNDS, skips: &[0, 0], summary: 0, lasts: &[] };
         let got =
             pool(&HIDDEN, 2, sequences, &[PoolingMode::Cls, PoolingMode::Pooler], Some(&pooled)).unwrap();
         assert_eq!(got, vec![vec![1., 2., 7., 8.], vec![-1., 1., 9., 10.]]);

@@ -94,7 +94,13 @@ fn logits_match_transformers_one_by_one_and_batched() {
             let what = format!("{name}/{:?}+{:?}", c.text, c.pair);
             let pair = c.pair.as_deref().and_then(Pipeline::pair_argument);
             let (ids, types) = p.tokenize_pair(&c.text, pair).unwrap();
-            assert_eq!((ids, types), (c.input_ids.clone(), c.token_type_ids.clone()), "{what}: tokens");
+            assert_eq!(ids, c.input_ids, "{what}: tokens");
+            // A tokenizer that passes no type ids (RoBERTa's) leaves the model its zeros.
+            if types.is_empty() {
+                assert!(c.token_type_ids.iter().all(|&t| t == 0), "{what}: type ids dropped");
+            } else {
+                assert_eq!(types, c.token_type_ids, "{what}: type ids");
+            }
             let got = p.classify(&[(c.text.as_str(), pair)]).unwrap().remove(0);
             assert_eq!(got.len(), c.logits.len(), "{what}");
             let d = max_abs_diff(&got, &c.logits);

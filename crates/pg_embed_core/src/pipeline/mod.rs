@@ -345,17 +345,25 @@ impl Pipeline {
     /// one row per input.
     fn forward_pooled(&self, rows: &[&Encoded], modes: &[PoolingMode]) -> Result<Vec<Vec<f32>>> {
         let packed = Packed::of(rows);
-        self.pool_batch(&packed.batch(), &packed.skips, modes)
+        self.pool_batch(&packed.batch(), &packed.skips, modes, &[])
     }
 
     /// One forward pass of the backbone over a packed batch (text or images), pooled with
     /// `modes` (`skips`: each sequence's excluded prompt): one row per sequence.
-    fn pool_batch(&self, batch: &Batch, skips: &[usize], modes: &[PoolingMode]) -> Result<Vec<Vec<f32>>> {
+    /// `lasts`: the token `lasttoken` reads per sequence where not its last (see
+    /// `pooling::Sequences`).
+    fn pool_batch(
+        &self,
+        batch: &Batch,
+        skips: &[usize],
+        modes: &[PoolingMode],
+        lasts: &[usize],
+    ) -> Result<Vec<Vec<f32>>> {
         self.stats.forward_passes.fetch_add(1, Relaxed);
         let hidden = self.backbone.forward(batch).map_err(Error::inference)?;
         let pooler = if modes.contains(&PoolingMode::Pooler) { self.pooler(&hidden, batch)? } else { None };
         let summary = if batch.is_image() { self.backbone.summary_tokens() } else { 0 };
-        let sequences = pooling::Sequences { bounds: batch.bounds, skips, summary };
+        let sequences = pooling::Sequences { bounds: batch.bounds, skips, summary, lasts };
         pooling::pool(&hidden, self.hidden_size, sequences, modes, pooler.as_deref())
             .map_err(Error::Inference)
     }
@@ -420,7 +428,7 @@ impl Pipeline {
             bounds.push(bounds[bounds.len() - 1] + n);
         }
         let batch = Batch { ids: &[], type_ids: &[], bounds: &bounds, images: pixels };
-        self.pool_batch(&batch, &vec![0; pixels.len()], modes)
+        self.pool_batch(&batch, &vec![0; pixels.len()], modes, &[])
     }
 
     /// Embeds images (encoded image files): one vector per image, in input order, through
@@ -597,8 +605,23 @@ impl Pipeline {
 
     /// One batch of encoded inputs (or pairs) through backbone and classification head.
     fn classify_encoded(&self, classifier: &Classifier, rows: &[&Encoded]) -> Result<Vec<Vec<f32>>> {
-        let pooled = self.forward_pooled(rows, &[classifier.pooling()])?;
+        let packed = Packed::of(rows);
+        let lasts: Vec<usize> = match classifier.reads_last_non_padding() {
+            Some(pad) => rows.iter().map(|r| last_non_padding(&r.ids, pad)).collect(),
+            None => Vec::new(),
+        };
+        let pooled = self.pool_batch(&packed.batch(), &packed.skips, &[classifier.pooling()], &lasts)?;
         Ok(classifier.logits(&pooled))
+    }
+}
+
+/// The token a GPT-2-style head reads: the rightmost whose id is not `pad` (transformers:
+/// the argmax of position x (id != pad), so 0 when every token is the pad token); the last
+/// token when the config names no pad token.
+fn last_non_padding(ids: &[u32], pad: Option<u32>) -> usize {
+    match pad {
+        Some(pad) => ids.iter().rposition(|&id| id != pad).unwrap_or(0),
+        None => ids.len().saturating_sub(1),
     }
 }
 
