@@ -174,6 +174,28 @@ pub(super) struct Call<'a> {
     pub term: Option<&'a dyn ScoreTerm>,
 }
 
+/// A score term called for a group of sequences that starts at token `first` of the batch.
+struct Shifted<'a> {
+    term: &'a dyn ScoreTerm,
+    first: usize,
+}
+
+impl ScoreTerm for Shifted<'_> {
+    fn add(
+        &self,
+        layer: usize,
+        head: usize,
+        offset: usize,
+        q: &[f32],
+        k: &[f32],
+        stride: usize,
+        len: usize,
+        scores: &mut [f32],
+    ) {
+        self.term.add(layer, head, self.first + offset, q, k, stride, len, scores)
+    }
+}
+
 impl Stack {
     /// The stack, with every width checked against the spec.
     pub fn new(layers: Vec<Layer>, spec: StackSpec) -> candle_core::Result<Self> {
@@ -305,8 +327,9 @@ impl Stack {
         };
         if threads > 1 && lengths.len() >= 2 * threads {
             // One group of whole sequences per thread, of about equal token counts.
-            let mut groups: Vec<(&mut [f32], &[usize])> = Vec::with_capacity(threads);
-            let (mut rest, mut rest_lengths) = (x, lengths);
+            // (Each group with the token its first sequence starts at in the batch.)
+            let mut groups: Vec<(&mut [f32], &[usize], usize)> = Vec::with_capacity(threads);
+            let (mut rest, mut rest_lengths, mut first) = (x, lengths, 0);
             for g in 0..threads {
                 let left: usize = rest_lengths.iter().sum();
                 let want = left / (threads - g);
@@ -321,11 +344,18 @@ impl Stack {
                     taken = left;
                 }
                 let (head, tail) = std::mem::take(&mut rest).split_at_mut(taken * self.hidden);
-                groups.push((head, &rest_lengths[..count]));
+                groups.push((head, &rest_lengths[..count], first));
                 rest = tail;
                 rest_lengths = &rest_lengths[count..];
+                first += taken;
             }
-            groups.into_par_iter().for_each(|(x, lengths)| self.run(x, lengths, &call, 1));
+            groups.into_par_iter().for_each(|(x, lengths, first)| {
+                // A group's sequences start at its token 0: the term sees their offsets
+                // in the whole batch.
+                let shifted = call.term.map(|term| Shifted { term, first });
+                let call = Call { term: shifted.as_ref().map(|s| s as &dyn ScoreTerm), ..call };
+                self.run(x, lengths, &call, 1)
+            });
         } else {
             self.run(x, lengths, &call, threads);
         }

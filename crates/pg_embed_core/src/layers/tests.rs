@@ -550,3 +550,58 @@ fn sizes_that_do_not_fit_are_errors() {
     spec.kv_heads = 3;
     assert!(Stack::new(Vec::new(), spec).is_err());
 }
+
+/// A per-call score term sees each sequence's offset in the whole batch, whether the batch
+/// runs on one thread, as one team, or split into groups of sequences per thread.
+#[test]
+fn score_terms_see_offsets_in_the_batch() {
+    use std::sync::Mutex;
+    struct Seen(Mutex<Vec<(usize, usize)>>);
+    impl super::ScoreTerm for Seen {
+        fn add(
+            &self,
+            layer: usize,
+            head: usize,
+            offset: usize,
+            _: &[f32],
+            _: &[f32],
+            _: usize,
+            len: usize,
+            _: &mut [f32],
+        ) {
+            if layer == 0 && head == 0 {
+                self.0.lock().unwrap().push((offset, len));
+            }
+        }
+    }
+    let s = Setting {
+        pre: false,
+        rms: false,
+        biased: true,
+        gated: false,
+        scaled: true,
+        causal: false,
+        rotary: false,
+        relative: false,
+        heads: 4,
+        kv_heads: 4,
+        window: None,
+    };
+    let raws = vec![raw(&s, 1)];
+    let st = stack(&s, &raws, false);
+    let lengths = [5, 1, 9, 3, 7, 2, 4, 6];
+    let mut want = Vec::new();
+    let mut at = 0;
+    for &len in &lengths {
+        want.push((at, len));
+        at += len;
+    }
+    for threads in [1, 2, 3] {
+        let seen = Seen(Mutex::new(Vec::new()));
+        let mut x = noise(at * HIDDEN, 7, 1.0);
+        crate::threads::run(threads, || st.forward_with(&mut x, &lengths, None, Some(&seen))).unwrap();
+        let mut got = seen.0.into_inner().unwrap();
+        got.sort();
+        assert_eq!(got, want, "on {threads} threads");
+    }
+}

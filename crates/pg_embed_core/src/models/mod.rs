@@ -29,6 +29,7 @@ pub mod roberta;
 pub mod t5;
 pub mod vision;
 pub mod vit;
+pub mod xlnet;
 
 /// A packed batch: the tokens of every sequence laid end to end, no padding. Sequence `i`
 /// is tokens `bounds[i]..bounds[i + 1]` (`bounds[0]` is 0; text-embeddings-inference calls
@@ -204,6 +205,7 @@ pub const ARCHITECTURES: &[Architecture] = &[
     Architecture { model_type: "t5", parse: parse_as::<t5::Config> },
     Architecture { model_type: "vit", parse: parse_as::<vit::Config> },
     Architecture { model_type: "xlm-roberta", parse: parse_as::<roberta::Config> },
+    Architecture { model_type: "xlnet", parse: parse_as::<xlnet::Config> },
 ];
 
 /// The supported `model_type`s, for messages.

@@ -196,7 +196,7 @@ mod load_errors {
         assert!(matches!(e, Error::Unsupported { what: "model_type", .. }) && m.contains("\"gpt2\""), "{m}");
         assert_eq!(
             e.hint().unwrap(),
-            "Supported: bert, clip, clip_text_model, clip_vision_model, deberta-v2, dinov2, distilbert, electra, modernbert, mpnet, nomic_bert, roberta, t5, vit, xlm-roberta."
+            "Supported: bert, clip, clip_text_model, clip_vision_model, deberta-v2, dinov2, distilbert, electra, modernbert, mpnet, nomic_bert, roberta, t5, vit, xlm-roberta, xlnet."
         );
     }
 
