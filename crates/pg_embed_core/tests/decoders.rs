@@ -238,6 +238,11 @@ fn qwen3_classifier_and_reranker() {
 }
 
 #[test]
+fn qwen2_classifier() {
+    check("qwen2_classify");
+}
+
+#[test]
 fn embeddinggemma_with_dense_heads_and_prompts() {
     check("embeddinggemma");
 }

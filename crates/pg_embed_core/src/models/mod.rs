@@ -24,6 +24,7 @@ pub mod distilbert;
 pub mod electra;
 pub mod encoder;
 pub mod gemma3;
+pub mod gpt2;
 pub mod modernbert;
 pub mod mpnet;
 pub mod nomic_bert;
@@ -202,6 +203,7 @@ pub const ARCHITECTURES: &[Architecture] = &[
     Architecture { model_type: "distilbert", parse: parse_as::<distilbert::Config> },
     Architecture { model_type: "electra", parse: parse_as::<electra::Config> },
     Architecture { model_type: "gemma3_text", parse: parse_as::<gemma3::Config> },
+    Architecture { model_type: "gpt2", parse: parse_as::<gpt2::Config> },
     Architecture { model_type: "modernbert", parse: parse_as::<modernbert::Config> },
     Architecture { model_type: "mpnet", parse: parse_as::<mpnet::Config> },
     Architecture { model_type: "nomic_bert", parse: parse_as::<nomic_bert::Config> },
