@@ -110,6 +110,7 @@ FIXTURES = [
     ("qwen2_embed", "embed", 57),
     ("qwen3_classify", "classify", 58),
     ("embeddinggemma", "embed", 59),
+    ("qwen2_classify", "classify", 60),
 ]
 
 
@@ -143,6 +144,9 @@ NOTES = {
                       "alone it is read at position 0 (that token), in the left-padded batch at position 0, a "
                       "padding position (batched_all_pad_rows). CrossEncoder tokenizes (query, '') as a pair "
                       "(rerank.input_ids), a single tokenizer call drops the empty pair; both read the same token.",
+    "qwen2_classify": "Qwen2ForSequenceClassification, 3 labels, score = Linear(64, 3, no bias) read at the "
+                      "rightmost token whose id != pad_token_id (0 = the appended <|endoftext|>): the last text "
+                      "token. Right padding (Qwen2Tokenizer's default).",
     "embeddinggemma": "Gemma3TextModel, use_bidirectional_attention: config.json's sliding_window 8 is held as "
                       "8 // 2 + 1 = 5 and a sliding layer lets token i see token j iff |i - j| < 5 (distance <= 4, "
                       "both sides) and j is not padding; the full layer sees every non-padding token. Embeddings "
@@ -431,6 +435,11 @@ def build(name, seed, out_dir, work):
         # Hidden 32 (head_dim 16, intermediate 64) to keep the fixtures small.
         cfg = qwen3_config(v, hidden=32, num_labels=1, pad_token_id=0)
         new_model(tf.Qwen3ForSequenceClassification, cfg, seed).save_pretrained(out_dir)
+    elif name == "qwen2_classify":
+        v = tok_qwen(out_dir, 128)
+        edit_tokenizer_config(out_dir, padding_side="right")
+        cfg = qwen2_config(v, num_labels=3, id2label={0: "negative", 1: "neutral", 2: "positive"}, pad_token_id=0)
+        new_model(tf.Qwen2ForSequenceClassification, cfg, seed).save_pretrained(out_dir)
     elif name == "embeddinggemma":
         base = os.path.join(work, name)
         os.makedirs(base)
@@ -469,6 +478,8 @@ def cls_inputs(name):
         return [(t, None) for t in TEXTS + [PAD_ENDING]]
     if name.startswith("xlnet_classify"):
         return [(t, None) for t in TEXTS] + XLNET_PAIRS
+    if name == "qwen2_classify":
+        return [(t, None) for t in TEXTS if t] + [(PAD_ENDING, None)]
     if name == "qwen3_classify":
         return [(RERANK_QUERY, d) for d in RERANK_DOCS] + [(PAD_ENDING, None), ("", None)]
     raise SystemExit(name)

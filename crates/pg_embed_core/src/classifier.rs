@@ -132,7 +132,11 @@ const HEADS: &[HeadRow] = &[
         layout: |c| Ok((Pool::LastNonPadding(c.pad_token_id), None, None, "score")),
     },
     // XLNet: SequenceSummary (its token, projection and activation), then logits_proj.
-    HeadRow { architecture: "XLNetForSequenceClassification", model_types: &["xlnet"], layout: sequence_summary },
+    HeadRow {
+        architecture: "XLNetForSequenceClassification",
+        model_types: &["xlnet"],
+        layout: sequence_summary,
+    },
     // ModernBERT: cls or mean pooling, dense, activation, norm, classifier.
     HeadRow {
         architecture: "ModernBertForSequenceClassification",

@@ -136,6 +136,11 @@ pub enum Error {
     #[error("image of {width}x{height} pixels is larger than pg_embed.max_image_pixels ({limit} pixels)")]
     ImageTooLarge { width: u64, height: u64, limit: u64 },
 
+    /// An input that tokenizes to no tokens at all (a tokenizer that adds no special
+    /// tokens, as GPT-2's, given an empty text): transformers fails on it too.
+    #[error("input {input:?} has no tokens (the model's tokenizer adds none of its own)")]
+    EmptyInput { input: String },
+
     /// Zero bytes, or an image of zero width or height.
     #[error("image is empty")]
     EmptyImage,
@@ -168,7 +173,8 @@ impl Error {
             | InvalidOptions(_)
             | InvalidSource { .. }
             | UnknownPrompt { .. }
-            | InvalidArgument { .. } => SqlState::InvalidParameterValue,
+            | InvalidArgument { .. }
+            | EmptyInput { .. } => SqlState::InvalidParameterValue,
             ModelDirInvalid { .. } => SqlState::UndefinedFile,
             PermissionDenied { .. } | SourceOutsideModelDir { .. } => SqlState::InsufficientPrivilege,
             ModelDirNotSet => SqlState::ObjectNotInPrerequisiteState,

@@ -149,7 +149,8 @@ mod tests {
     const BOUNDS: [usize; 3] = [0, 3, 5];
 
     fn run(modes: &[PoolingMode]) -> Vec<Vec<f32>> {
-        pool(&HIDDEN, 2, Sequences { bounds: &BOUNDS, skips: &[0, 0], summary: 0, lasts: &[] }, modes, None).unwrap()
+        pool(&HIDDEN, 2, Sequences { bounds: &BOUNDS, skips: &[0, 0], summary: 0, lasts: &[] }, modes, None)
+            .unwrap()
     }
 
     #[test]

@@ -73,6 +73,19 @@ fn every_supported_architecture_has_a_fixture() {
         })
         .collect();
     covered.extend(image_classes.iter().map(String::as_str));
+    // Decoder and XLNet classifiers are decoder fixtures (tests/decoders.rs).
+    let decoders: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(root().join("tests/fixtures/decoders/golden.json")).expect("decoders/golden.json"),
+    )
+    .unwrap();
+    let decoder_classes: Vec<String> = decoders["fixtures"]
+        .as_object()
+        .unwrap()
+        .values()
+        .filter(|f| f["kind"] == "classify")
+        .filter_map(|f| f["architecture"].as_str().map(String::from))
+        .collect();
+    covered.extend(decoder_classes.iter().map(String::as_str));
     covered.sort();
     covered.dedup();
     let supported: Vec<&str> = pg_embed_core::classifier::SUPPORTED.split(", ").collect();

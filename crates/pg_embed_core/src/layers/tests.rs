@@ -141,6 +141,9 @@ struct Setting {
     kv_heads: usize,
     /// Layer 1 attends within this window (layer 0 is global).
     window: Option<usize>,
+    /// Gemma 3's parts (pre-norm only): per-head RMSNorms of queries and keys before the
+    /// rotary positions, and a norm over each block's output before its residual sum.
+    decoder: bool,
 }
 
 const HIDDEN: usize = 24;
@@ -160,6 +163,11 @@ struct Raw {
     down: Vec<f32>,
     down_b: Vec<f32>,
     n2: (Vec<f32>, Vec<f32>),
+    /// Query and key norms [HEAD_DIM]; norms after attention and after the MLP.
+    qn: Vec<f32>,
+    kn: Vec<f32>,
+    p1: (Vec<f32>, Vec<f32>),
+    p2: (Vec<f32>, Vec<f32>),
 }
 
 fn raw(s: &Setting, seed: u64) -> Raw {
@@ -179,6 +187,10 @@ fn raw(s: &Setting, seed: u64) -> Raw {
         down: noise(HIDDEN * FF, seed + 8, 0.2),
         down_b: noise(HIDDEN, seed + 9, 0.1),
         n2: norm(seed + 10),
+        qn: noise(HEAD_DIM, seed + 12, 0.3).iter().map(|v| 1.0 + v).collect(),
+        kn: noise(HEAD_DIM, seed + 13, 0.3).iter().map(|v| 1.0 + v).collect(),
+        p1: norm(seed + 14),
+        p2: norm(seed + 16),
     }
 }
 
@@ -214,8 +226,8 @@ fn stack(s: &Setting, raws: &[Raw], packed: bool) -> Stack {
                 Mlp::Plain { up: lin(&r.up, &r.up_b, up, HIDDEN), down: lin(&r.down, &r.down_b, HIDDEN, FF) }
             },
             output_norm: norm(&r.n2),
-            qk_norms: None,
-            post_norms: None,
+            qk_norms: s.decoder.then(|| (Norm::rms(r.qn.clone(), 1e-6), Norm::rms(r.kn.clone(), 1e-6))),
+            post_norms: s.decoder.then(|| (norm(&r.p1), norm(&r.p2))),
         })
         .collect();
     let spec = StackSpec {
@@ -288,6 +300,19 @@ fn reference(s: &Setting, raws: &[Raw], x: &[f32], lengths: &[usize]) -> Vec<f32
             let input: Vec<Vec<f64>> =
                 xs.iter().map(|v| if s.pre { norm(v, &r.n1) } else { v.clone() }).collect();
             let mut qkv: Vec<Vec<f64>> = input.iter().map(|v| linear(v, &r.qkv, &r.qkv_b, qkv_w)).collect();
+            if s.decoder {
+                let rms = |x: &[f64], w: &[f32]| -> Vec<f64> {
+                    let r = (x.iter().map(|v| v * v).sum::<f64>() / x.len() as f64 + 1e-6).sqrt();
+                    x.iter().zip(w).map(|(v, w)| v / r * *w as f64).collect()
+                };
+                for row in qkv.iter_mut() {
+                    for head in 0..s.heads + s.kv_heads {
+                        let w = if head < s.heads { &r.qn } else { &r.kn };
+                        let normed = rms(&row[head * d..(head + 1) * d], w);
+                        row[head * d..(head + 1) * d].copy_from_slice(&normed);
+                    }
+                }
+            }
             if s.rotary {
                 for (p, row) in qkv.iter_mut().enumerate() {
                     for head in 0..s.heads + s.kv_heads {
@@ -337,8 +362,9 @@ fn reference(s: &Setting, raws: &[Raw], x: &[f32], lengths: &[usize]) -> Vec<f32
                 }
             }
             for t in 0..len {
-                let attended: Vec<f64> =
-                    linear(&context[t], &r.o, &r.o_b, h).iter().zip(&xs[t]).map(|(a, b)| a + b).collect();
+                let out = linear(&context[t], &r.o, &r.o_b, h);
+                let out = if s.decoder { norm(&out, &r.p1) } else { out };
+                let attended: Vec<f64> = out.iter().zip(&xs[t]).map(|(a, b)| a + b).collect();
                 let attended = if s.pre { attended } else { norm(&attended, &r.n1) };
                 let mlp_in = if s.pre { norm(&attended, &r.n2) } else { attended.clone() };
                 let inner: Vec<f64> = if s.gated {
@@ -347,8 +373,9 @@ fn reference(s: &Setting, raws: &[Raw], x: &[f32], lengths: &[usize]) -> Vec<f32
                 } else {
                     linear(&mlp_in, &r.up, &r.up_b, FF).into_iter().map(act).collect()
                 };
-                let y: Vec<f64> =
-                    linear(&inner, &r.down, &r.down_b, h).iter().zip(&attended).map(|(a, b)| a + b).collect();
+                let out = linear(&inner, &r.down, &r.down_b, h);
+                let out = if s.decoder { norm(&out, &r.p2) } else { out };
+                let y: Vec<f64> = out.iter().zip(&attended).map(|(a, b)| a + b).collect();
                 xs[t] = if s.pre { y } else { norm(&y, &r.n2) };
             }
         }
@@ -426,6 +453,7 @@ fn the_bert_layer_matches_plain_loops() {
         heads: 4,
         kv_heads: 4,
         window: None,
+        decoder: false,
     });
 }
 
@@ -444,6 +472,7 @@ fn t5_clip_and_nomic_layers_match_plain_loops() {
         heads: 4,
         kv_heads: 4,
         window: None,
+        decoder: false,
     });
     // CLIP: pre-norm LayerNorm, biases, causal.
     check(Setting {
@@ -458,6 +487,7 @@ fn t5_clip_and_nomic_layers_match_plain_loops() {
         heads: 4,
         kv_heads: 4,
         window: None,
+        decoder: false,
     });
     // NomicBERT: post-norm, no linear biases, rotary, SwiGLU.
     check(Setting {
@@ -472,6 +502,7 @@ fn t5_clip_and_nomic_layers_match_plain_loops() {
         heads: 4,
         kv_heads: 4,
         window: None,
+        decoder: false,
     });
 }
 
@@ -489,6 +520,7 @@ fn grouped_query_heads_match_plain_loops() {
         heads: 4,
         kv_heads: 2,
         window: None,
+        decoder: false,
     });
     check(Setting {
         pre: false,
@@ -502,6 +534,7 @@ fn grouped_query_heads_match_plain_loops() {
         heads: 4,
         kv_heads: 1,
         window: None,
+        decoder: false,
     });
 }
 
@@ -521,6 +554,29 @@ fn sliding_window_layers_match_plain_loops() {
             heads: 4,
             kv_heads: 4,
             window: Some(window),
+            decoder: false,
+        });
+    }
+}
+
+#[test]
+fn decoder_layers_match_plain_loops() {
+    // Qwen3 (causal, q/k norms) and Gemma 3 (q/k norms, norms after each block, sliding
+    // layers, bidirectional or causal), with grouped-query heads.
+    for (causal, window) in [(true, None), (false, Some(2)), (true, Some(3))] {
+        check(Setting {
+            pre: true,
+            rms: true,
+            biased: false,
+            gated: true,
+            scaled: true,
+            causal,
+            rotary: true,
+            relative: false,
+            heads: 4,
+            kv_heads: 2,
+            window,
+            decoder: true,
         });
     }
 }
@@ -539,6 +595,7 @@ fn sizes_that_do_not_fit_are_errors() {
         heads: 4,
         kv_heads: 4,
         window: None,
+        decoder: false,
     };
     let raws = vec![raw(&s, 1)];
     let st = stack(&s, &raws, false);
@@ -586,6 +643,7 @@ fn score_terms_see_offsets_in_the_batch() {
         heads: 4,
         kv_heads: 4,
         window: None,
+        decoder: false,
     };
     let raws = vec![raw(&s, 1)];
     let st = stack(&s, &raws, false);

@@ -18,13 +18,18 @@ pub mod clip;
 pub mod clip_model;
 pub mod clip_vision;
 pub mod deberta_v2;
+pub mod decoder;
 pub mod dinov2;
 pub mod distilbert;
 pub mod electra;
 pub mod encoder;
+pub mod gemma3;
+pub mod gpt2;
 pub mod modernbert;
 pub mod mpnet;
 pub mod nomic_bert;
+pub mod qwen2;
+pub mod qwen3;
 pub mod roberta;
 pub mod t5;
 pub mod vision;
@@ -198,9 +203,13 @@ pub const ARCHITECTURES: &[Architecture] = &[
     Architecture { model_type: "dinov2", parse: parse_as::<dinov2::Config> },
     Architecture { model_type: "distilbert", parse: parse_as::<distilbert::Config> },
     Architecture { model_type: "electra", parse: parse_as::<electra::Config> },
+    Architecture { model_type: "gemma3_text", parse: parse_as::<gemma3::Config> },
+    Architecture { model_type: "gpt2", parse: parse_as::<gpt2::Config> },
     Architecture { model_type: "modernbert", parse: parse_as::<modernbert::Config> },
     Architecture { model_type: "mpnet", parse: parse_as::<mpnet::Config> },
     Architecture { model_type: "nomic_bert", parse: parse_as::<nomic_bert::Config> },
+    Architecture { model_type: "qwen2", parse: parse_as::<qwen2::Config> },
+    Architecture { model_type: "qwen3", parse: parse_as::<qwen3::Config> },
     Architecture { model_type: "roberta", parse: parse_as::<roberta::Config> },
     Architecture { model_type: "t5", parse: parse_as::<t5::Config> },
     Architecture { model_type: "vit", parse: parse_as::<vit::Config> },

@@ -257,6 +257,9 @@ impl Pipeline {
         let (mut truncated, mut chunked) = (0, 0);
         for text in texts {
             let (row, cut) = self.encode_prompted(text, prompt)?;
+            if row.ids.is_empty() {
+                return Err(Error::EmptyInput { input: text.to_string() });
+            }
             if cut {
                 match self.long_input {
                     LongInput::Truncate => truncated += 1,
@@ -509,8 +512,13 @@ impl Pipeline {
     /// without a prompt), [tokens][hidden] per input, run as one packed batch: what
     /// transformers' `last_hidden_state` holds.
     pub fn hidden_states(&self, texts: &[&str]) -> Result<Vec<Vec<Vec<f32>>>> {
-        let encoded =
-            texts.iter().map(|t| Ok(self.encode_prompted(t, None)?.0)).collect::<Result<Vec<_>>>()?;
+        let encoded = texts
+            .iter()
+            .map(|t| match self.encode_prompted(t, None)?.0 {
+                row if row.ids.is_empty() => Err(Error::EmptyInput { input: t.to_string() }),
+                row => Ok(row),
+            })
+            .collect::<Result<Vec<_>>>()?;
         if encoded.is_empty() {
             return Ok(Vec::new());
         }
@@ -540,6 +548,9 @@ impl Pipeline {
             return Err(Error::NoPairTemplate);
         }
         let (enc, cut) = self.encode_pair(&self.text()?.tokenizer, text, pair)?;
+        if enc.get_ids().is_empty() {
+            return Err(Error::EmptyInput { input: text.to_string() });
+        }
         if cut {
             if self.long_input == LongInput::Error {
                 return Err(Error::InputTooLong {

@@ -190,13 +190,13 @@ mod load_errors {
 
     #[test]
     fn unsupported_model_type() {
-        let (e, m) = message(broken("gpt2", |d| {
-            edit_json(&d.join("config.json"), |v| v["model_type"] = "gpt2".into())
+        let (e, m) = message(broken("llama", |d| {
+            edit_json(&d.join("config.json"), |v| v["model_type"] = "llama".into())
         }));
-        assert!(matches!(e, Error::Unsupported { what: "model_type", .. }) && m.contains("\"gpt2\""), "{m}");
+        assert!(matches!(e, Error::Unsupported { what: "model_type", .. }) && m.contains("\"llama\""), "{m}");
         assert_eq!(
             e.hint().unwrap(),
-            "Supported: bert, clip, clip_text_model, clip_vision_model, deberta-v2, dinov2, distilbert, electra, modernbert, mpnet, nomic_bert, roberta, t5, vit, xlm-roberta, xlnet."
+            "Supported: bert, clip, clip_text_model, clip_vision_model, deberta-v2, dinov2, distilbert, electra, gemma3_text, gpt2, modernbert, mpnet, nomic_bert, qwen2, qwen3, roberta, t5, vit, xlm-roberta, xlnet."
         );
     }
 

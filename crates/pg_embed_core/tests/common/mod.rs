@@ -89,7 +89,22 @@ pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
 }
 
-/// Loads a copy of the model directory `src` (its top-level files) with config.json edited.
+/// Copies the files of `src` into `dst`, and those of its subdirectories (a
+/// sentence-transformers model's module folders).
+fn copy_model(src: &Path, dst: &Path) {
+    std::fs::create_dir_all(dst).unwrap();
+    for entry in std::fs::read_dir(src).unwrap() {
+        let path = entry.unwrap().path();
+        let to = dst.join(path.file_name().unwrap());
+        if path.is_file() {
+            std::fs::copy(&path, to).unwrap();
+        } else if path.is_dir() {
+            copy_model(&path, &to);
+        }
+    }
+}
+
+/// Loads a copy of the model directory `src` with config.json edited.
 pub fn load_edited(
     src: &Path,
     tag: &str,
@@ -97,13 +112,7 @@ pub fn load_edited(
 ) -> pg_embed_core::error::Result<Pipeline> {
     let dir = std::env::temp_dir().join(format!("pg_embed_edited_{tag}_{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    for entry in std::fs::read_dir(src).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_file() {
-            std::fs::copy(&path, dir.join(path.file_name().unwrap())).unwrap();
-        }
-    }
+    copy_model(src, &dir);
     let mut cfg: serde_json::Value =
         serde_json::from_slice(&std::fs::read(src.join("config.json")).unwrap()).unwrap();
     edit(&mut cfg);
