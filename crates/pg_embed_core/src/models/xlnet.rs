@@ -127,9 +127,7 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
     if cfg.bi_data {
         return Err(unsupported("bi_data", "true", "false"));
     }
-    if cfg.same_length {
-        return Err(unsupported("same_length", "true", "false"));
-    }
+    // `same_length` shapes only the "uni" mask: with "bi" attention transformers ignores it.
     let activation = Activation::from_hidden_act(&cfg.ff_activation)
         .ok_or_else(|| unsupported("ff_activation", &cfg.ff_activation, Activation::HIDDEN_ACT_NAMES))?;
     check_heads(cfg.d_model, cfg.n_head)?;
@@ -420,10 +418,9 @@ mod tests {
 
     #[test]
     fn settings_that_are_not_implemented_are_refused_by_name() {
-        let cases: [(&str, serde_json::Value, &str); 5] = [
+        let cases: [(&str, serde_json::Value, &str); 4] = [
             ("attn_type", "uni".into(), "uni"),
             ("bi_data", true.into(), "true"),
-            ("same_length", true.into(), "true"),
             ("ff_activation", "mish".into(), "mish"),
             ("ff_activation", "gelu_10".into(), "gelu_10"),
         ];
@@ -445,6 +442,7 @@ mod tests {
             ("reuse_len", 4.into()),
             ("clamp_len", 3.into()),
             ("d_head", 16.into()),
+            ("same_length", true.into()),
         ] {
             assert!(edited(|c| c[key] = value.clone()).is_ok(), "{key} = {value}");
         }
