@@ -7,7 +7,10 @@ the token count. Asserts nothing.
 
 Usage:
     python bench/baselines.py --model models/all-MiniLM-L6-v2 --corpus bench/corpus.txt \
-        --threads 2 [--systems st,ort] [--singles 200]
+        --threads 2 [--systems st,ort] [--singles 200] [--sentences N] [--vectors N]
+
+--sentences takes the corpus's first N lines; --vectors prints sentence-transformers' first N
+vectors of the batch run (for a cosine against pg_embed's).
 """
 
 from __future__ import annotations
@@ -33,25 +36,36 @@ def percentiles(samples):
     return s[len(s) // 2], s[min(len(s) - 1, int(round(0.99 * (len(s) - 1))))]
 
 
-def bench_st(model_dir, texts, threads, batch_sizes, singles):
+def rss_mb():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
+
+
+def bench_st(model_dir, texts, threads, batch_sizes, singles, vectors=0):
     import torch
     from sentence_transformers import SentenceTransformer
 
     torch.set_num_threads(threads)
-    model = SentenceTransformer(model_dir, device="cpu")
+    rss_before = rss_mb()
+    model = SentenceTransformer(model_dir, device="cpu", model_kwargs={"dtype": torch.float32})
+    rss_load = rss_mb()
     model.encode(texts[:64], batch_size=32)  # warm-up
-    best = None
+    best, runs = None, []
     for bs in batch_sizes:
-        secs = timed(lambda: model.encode(texts, batch_size=bs, convert_to_numpy=True))
+        out = []
+        secs = timed(lambda: out.append(model.encode(texts, batch_size=bs, convert_to_numpy=True)))
         rate = len(texts) / secs
+        runs.append({"batch_size": bs, "sentences_per_s": rate})
         if best is None or rate > best[1]:
-            best = (bs, rate)
+            best = (bs, rate, out[0])
     lat = []
     for t in texts[:singles]:
         lat.append(timed(lambda: model.encode([t], convert_to_numpy=True)) * 1000)
     p50, p99 = percentiles(lat)
     return {"system": "sentence-transformers (PyTorch CPU)", "best_batch": best[0], "sentences_per_s": best[1],
-            "single_p50_ms": p50, "single_p99_ms": p99}
+            "single_p50_ms": p50, "single_p99_ms": p99, "runs": runs, "torch": torch.__version__,
+            "rss_before_load_mb": rss_before, "rss_after_load_mb": rss_load,
+            "vectors": best[2][:vectors].tolist()}
 
 
 def bench_ort(model_dir, texts, threads, batch_sizes, singles):
@@ -125,13 +139,16 @@ def main() -> int:
     ap.add_argument("--systems", default="st,ort")
     ap.add_argument("--batch-sizes", default="16,32,64")
     ap.add_argument("--singles", type=int, default=200)
+    ap.add_argument("--sentences", type=int, default=None)
+    ap.add_argument("--vectors", type=int, default=0)
     args = ap.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    texts = [line.rstrip("\n") for line in open(args.corpus, encoding="utf-8") if line.strip()]
+    texts = [line.rstrip("\n") for line in open(args.corpus, encoding="utf-8") if line.strip()][:args.sentences]
     sizes = [int(b) for b in args.batch_sizes.split(",")]
     for system in args.systems.split(","):
         fn = {"st": bench_st, "ort": bench_ort}[system]
-        result = fn(args.model, texts, args.threads, sizes, min(args.singles, len(texts)))
+        extra = {"vectors": args.vectors} if system == "st" else {}
+        result = fn(args.model, texts, args.threads, sizes, min(args.singles, len(texts)), **extra)
         result.update({"threads": args.threads, "sentences": len(texts)})
         print(json.dumps(result), flush=True)
     return 0

@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# The decoder bench: a Qwen3-Embedding-0.6B-shaped model (28 layers, hidden 1024, 16 query and
+# 8 key/value heads of 128, random weights of the real shape, last-token pooling, Normalize;
+# bench/decoder_data.py) on the first SENTENCES sentences of the bench corpus, through
+# pg_embed's pipeline called from Rust (bench/pipeline.rs) and through sentence-transformers on
+# PyTorch CPU (bench/baselines.py), with the same thread count, in one run. Prints the CPU,
+# sentences/s at each system's best batch, single-sentence p50/p99, the ratios against the
+# issue's goals, useful GFLOP/s against the FMA peak measured in the same run, the smallest
+# cosine between the two systems' vectors, and memory after load: each bench process's RSS,
+# and a PostgreSQL backend's when a server with pg_embed is running on PG_EMBED_PORT
+# (`make demo`). Writes bench/results/decoder-<commit>-<time>.json. Not part of the tests;
+# asserts nothing.
+#
+#   bench/decoder.sh [threads] [sentences]      (defaults: the machine's cores; 200)
+#
+# The model (2.4 GB of float32) is generated once (seeded) into
+# $MODEL_DIR/bench-qwen3-0.6b-shape (models/ is ignored; the server's pg_embed.model_dir).
+# The Python side installs into bench/.venv as bench/run.sh does; another environment with
+# torch, transformers 5.23 and sentence-transformers 6.2: PG_EMBED_BENCH_VENV=/path/to/venv.
+set -euo pipefail
+# shellcheck source=scripts/env.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/env.sh"
+
+THREADS="${1:-$(nproc)}"
+SENTENCES="${2:-200}"
+SINGLES=30
+VECTORS=16
+BENCH="$REPO/bench"
+BENCH_VENV="${PG_EMBED_BENCH_VENV:-$BENCH/.venv}"
+CORPUS="$BENCH/corpus.txt"
+MODEL_NAME=bench-qwen3-0.6b-shape
+DATA="$MODEL_DIR/$MODEL_NAME"
+OUT="$BENCH/results"
+mkdir -p "$OUT"
+
+cpu="$(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -1)"
+flags="$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx512|amx)' | sort | tr '\n' ' ' || true)"
+step "CPU: $cpu, $(nproc) cores; $THREADS threads; the first $SENTENCES corpus sentences"
+info "avx512/amx flags: ${flags:-none}"
+load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
+info "load average before: $load_before"
+
+if [ ! -x "$BENCH_VENV/bin/python" ]; then
+    step "bench venv: torch, sentence-transformers, transformers (first run only)"
+    python3 -m venv "$BENCH_VENV"
+    "$BENCH_VENV/bin/pip" install -q torch "sentence-transformers==6.2.0" "transformers==5.23.0" onnxruntime onnx onnxscript pillow
+fi
+export HF_HUB_OFFLINE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 TRANSFORMERS_VERBOSITY=error TOKENIZERS_PARALLELISM=false
+
+if [ ! -e "$DATA/done" ]; then
+    step "generating the Qwen3-Embedding-0.6B-shaped model (first run only, about a minute)"
+fi
+"$BENCH_VENV/bin/python" "$BENCH/decoder_data.py" "$DATA" "$CORPUS"
+
+rust_runs=()
+for tokens in 1024 4096; do
+    step "pg_embed pipeline from Rust ($THREADS threads, max_batch_tokens $tokens)"
+    rust_runs+=("$(cd "$REPO" && cargo run -q --release -p pg_embed_core --example bench_pipeline -- \
+        "$DATA" "$CORPUS" "$THREADS" "$tokens" "$SENTENCES" "$SINGLES" "$VECTORS")")
+done
+
+step "sentence-transformers on PyTorch ($THREADS threads)"
+torch_json="$("$BENCH_VENV/bin/python" "$BENCH/baselines.py" --model "$DATA" --corpus "$CORPUS" --systems st \
+    --threads "$THREADS" --batch-sizes 8,16,32 --sentences "$SENTENCES" --singles "$SINGLES" --vectors "$VECTORS")"
+
+# A backend's memory after load, when a server is there to ask.
+backend_json="{}"
+if [ -n "$PGBIN" ] && psql_cmd -d "$PG_EMBED_DB" -Atqc "SELECT 1 FROM pg_extension WHERE extname = 'pg_embed'" 2>/dev/null | grep -q 1; then
+    step "a PostgreSQL backend (port $PG_EMBED_PORT) loading the model"
+    ensure_pg_user_access "$DATA" "$DATA"
+    backend_json="$(psql_cmd -d "$PG_EMBED_DB" -v ON_ERROR_STOP=1 -Atq <<SQL
+SET client_min_messages = warning;
+SET pg_embed.threads = $THREADS;
+SELECT embed.drop_model('$MODEL_NAME') FROM embed.models WHERE name = '$MODEL_NAME';
+SELECT count(*) = 1 AS registered FROM embed.register_model('$MODEL_NAME', '$MODEL_NAME');
+CREATE FUNCTION pg_temp.rss_mb() RETURNS float8 LANGUAGE sql AS \$\$
+    SELECT (regexp_match(pg_read_file('/proc/self/status'), 'VmRSS:\s+(\d+) kB'))[1]::float8 / 1024
+\$\$;
+CREATE TEMP TABLE m AS SELECT pg_temp.rss_mb() AS before, clock_timestamp() AS t0;
+CREATE TEMP TABLE v AS SELECT embed('$MODEL_NAME', 'warm up') AS e, clock_timestamp() AS t1;
+SELECT jsonb_build_object('rss_before_load_mb', m.before, 'rss_after_load_mb', pg_temp.rss_mb(),
+    'first_call_ms', extract(epoch FROM v.t1 - m.t0) * 1000, 'dim', array_length(v.e, 1)) FROM m, v;
+SELECT embed.drop_model('$MODEL_NAME');
+SQL
+)"
+    backend_json="$(printf '%s\n' "$backend_json" | grep '^{' | tail -1)"
+else
+    info "no server with pg_embed on port $PG_EMBED_PORT: the backend's memory is not measured (make demo starts one)"
+fi
+
+load_after="$(cut -d' ' -f1-3 /proc/loadavg)"
+info "load average after: $load_after (1, 5, 15 minutes; the bench itself adds about $THREADS)"
+
+commit="$(git -C "$REPO" rev-parse --short HEAD)"
+result="$OUT/decoder-$commit-$(date -u +%Y%m%dT%H%M%SZ).json"
+"$BENCH_VENV/bin/python" - "$result" "$commit" "$THREADS" "$cpu" "$flags" "$torch_json" "$backend_json" \
+    "$load_before" "$load_after" "${rust_runs[@]}" <<'PY'
+import json, math, sys
+path, commit, threads, cpu, flags, torch, backend, load_before, load_after = sys.argv[1:10]
+runs = [[json.loads(line) for line in r.splitlines() if line.startswith("{")] for r in sys.argv[10:]]
+pt, backend = json.loads(torch), json.loads(backend)
+rs_runs = [next(o for o in r if o["system"] != "machine") for r in runs]
+machine = next(o for o in runs[0] if o["system"] == "machine")
+rs = max(rs_runs, key=lambda o: o["sentences_per_s"])
+# Single-sentence latency does not depend on max_batch_tokens: the best p50 of the runs.
+single = min(rs_runs, key=lambda o: o["single_p50_ms"])
+
+
+def cosine(a, b):
+    dot = sum(x * y for x, y in zip(a, b))
+    return dot / math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
+
+
+cosines = [cosine(a, b) for a, b in zip(rs["vectors"], pt["vectors"])]
+ratios = {"sentences/s: pg_embed / PyTorch": rs["sentences_per_s"] / pt["sentences_per_s"],
+          "single p50: pg_embed / PyTorch": single["single_p50_ms"] / pt["single_p50_ms"],
+          "single p99: pg_embed / PyTorch": single["single_p99_ms"] / pt["single_p99_ms"]}
+print(f"{'system':40} {'sent/s':>8} {'ratio':>6} {'p50 ms':>8} {'p99 ms':>8} {'ratio':>6}  best batch")
+print(f"{'pg_embed pipeline (Rust)':40} {rs['sentences_per_s']:8.2f} {ratios['sentences/s: pg_embed / PyTorch']:6.2f} "
+      f"{single['single_p50_ms']:8.1f} {single['single_p99_ms']:8.1f} {ratios['single p50: pg_embed / PyTorch']:6.2f}  "
+      f"max_batch_tokens {rs['max_batch_tokens']}")
+print(f"{pt['system']:40} {pt['sentences_per_s']:8.2f} {1:6.2f} {pt['single_p50_ms']:8.1f} {pt['single_p99_ms']:8.1f} "
+      f"{1:6.2f}  batch size {pt['best_batch']}")
+print("(ratios: to PyTorch; goal of the issue: sentences/s >= 1.2, single p50 <= 0.8)")
+print("sentences/s by batch: pg_embed " + ", ".join(f"{o['max_batch_tokens']} tokens {o['sentences_per_s']:.2f}" for o in rs_runs)
+      + "; PyTorch " + ", ".join(f"{r['batch_size']} {r['sentences_per_s']:.2f}" for r in pt["runs"]) + f" (torch {pt['torch']})")
+sentences = rs["sentences"]
+gflop = machine["corpus_useful_gflop"]
+peak = machine["fma_peak_gflops"]
+print(f"\ncorpus: {sentences} sentences, {machine['corpus_tokens']} tokens ({machine['corpus_tokens'] / sentences:.1f} per sentence), "
+      f"{gflop:.0f} useful GFLOP; FMA peak ({machine['fma_peak_vector']}) of {threads} threads measured now: {peak:.0f} GFLOP/s")
+for name, s in (("pg_embed pipeline (Rust)", rs), (pt["system"], pt)):
+    rate = gflop * s["sentences_per_s"] / sentences
+    print(f"  {name:40} {rate:7.0f} GFLOP/s ({100 * rate / peak:.0f} % of peak)")
+print(f"\nmin cosine, pg_embed vs PyTorch, first {len(cosines)} vectors of the batch run: {min(cosines):.6f}")
+print("\nmemory after load (RSS, MB):")
+print(f"  pg_embed pipeline process: {rs['rss_before_load_mb']:.0f} before, {rs['rss_after_load_mb']:.0f} after load "
+      f"(load {rs['load_ms']:.0f} ms), {rs['rss_after_run_mb']:.0f} after the batch run")
+print(f"  PyTorch process:           {pt['rss_before_load_mb']:.0f} before, {pt['rss_after_load_mb']:.0f} after load")
+if backend:
+    print(f"  PostgreSQL backend:        {backend['rss_before_load_mb']:.0f} before, {backend['rss_after_load_mb']:.0f} after "
+          f"the first embed() ({backend['first_call_ms']:.0f} ms, dim {backend['dim']})")
+for s in rs_runs + [pt]:
+    s.pop("vectors")
+json.dump({"commit": commit, "threads": int(threads), "cpu": cpu, "flags": flags.split(),
+           "load_average": {"before": load_before, "after": load_after}, "machine": machine,
+           "systems": rs_runs + [pt], "backend": backend, "ratios": ratios, "min_cosine": min(cosines),
+           "cosines": cosines}, open(path, "w"), indent=1)
+print(f"wrote {path}")
+PY
