@@ -64,7 +64,7 @@ def bench_st(model_dir, texts, threads, batch_sizes, singles, vectors=0):
     p50, p99 = percentiles(lat)
     return {"system": "sentence-transformers (PyTorch CPU)", "best_batch": best[0], "sentences_per_s": best[1],
             "single_p50_ms": p50, "single_p99_ms": p99, "runs": runs, "torch": torch.__version__,
-            "rss_before_load_mb": rss_before, "rss_after_load_mb": rss_load,
+            "rss_before_load_mb": rss_before, "rss_after_load_mb": rss_load, "rss_after_run_mb": rss_mb(),
             "vectors": best[2][:vectors].tolist()}
 
 

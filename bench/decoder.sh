@@ -23,7 +23,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/../scripts/env.sh"
 
 THREADS="${1:-$(nproc)}"
 SENTENCES="${2:-200}"
-SINGLES=30
+SINGLES="${PG_EMBED_BENCH_SINGLES:-30}"
 VECTORS=16
 BENCH="$REPO/bench"
 BENCH_VENV="${PG_EMBED_BENCH_VENV:-$BENCH/.venv}"
@@ -32,6 +32,9 @@ MODEL_NAME=bench-qwen3-0.6b-shape
 DATA="$MODEL_DIR/$MODEL_NAME"
 OUT="$BENCH/results"
 mkdir -p "$OUT"
+# The systems' outputs (they carry vectors: too long for arguments).
+RUNS="$(mktemp -d)"
+trap 'rm -rf "$RUNS"' EXIT
 
 cpu="$(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -1)"
 flags="$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx512|amx)' | sort | tr '\n' ' ' || true)"
@@ -52,38 +55,39 @@ if [ ! -e "$DATA/done" ]; then
 fi
 "$BENCH_VENV/bin/python" "$BENCH/decoder_data.py" "$DATA" "$CORPUS"
 
-rust_runs=()
 for tokens in 1024 4096; do
     step "pg_embed pipeline from Rust ($THREADS threads, max_batch_tokens $tokens)"
-    rust_runs+=("$(cd "$REPO" && cargo run -q --release -p pg_embed_core --example bench_pipeline -- \
-        "$DATA" "$CORPUS" "$THREADS" "$tokens" "$SENTENCES" "$SINGLES" "$VECTORS")")
+    (cd "$REPO" && cargo run -q --release -p pg_embed_core --example bench_pipeline -- \
+        "$DATA" "$CORPUS" "$THREADS" "$tokens" "$SENTENCES" "$SINGLES" "$VECTORS") >"$RUNS/rust-$tokens.json"
 done
 
 step "sentence-transformers on PyTorch ($THREADS threads)"
-torch_json="$("$BENCH_VENV/bin/python" "$BENCH/baselines.py" --model "$DATA" --corpus "$CORPUS" --systems st \
-    --threads "$THREADS" --batch-sizes 8,16,32 --sentences "$SENTENCES" --singles "$SINGLES" --vectors "$VECTORS")"
+"$BENCH_VENV/bin/python" "$BENCH/baselines.py" --model "$DATA" --corpus "$CORPUS" --systems st \
+    --threads "$THREADS" --batch-sizes 8,16,32 --sentences "$SENTENCES" --singles "$SINGLES" --vectors "$VECTORS" \
+    >"$RUNS/torch.json"
 
 # A backend's memory after load, when a server is there to ask.
 backend_json="{}"
 if [ -n "$PGBIN" ] && psql_cmd -d "$PG_EMBED_DB" -Atqc "SELECT 1 FROM pg_extension WHERE extname = 'pg_embed'" 2>/dev/null | grep -q 1; then
     step "a PostgreSQL backend (port $PG_EMBED_PORT) loading the model"
-    ensure_pg_user_access "$DATA" "$DATA"
+    ensure_pg_user_access "$DATA/model.safetensors" "$DATA"
     backend_json="$(psql_cmd -d "$PG_EMBED_DB" -v ON_ERROR_STOP=1 -Atq <<SQL
 SET client_min_messages = warning;
 SET pg_embed.threads = $THREADS;
 SELECT embed.drop_model('$MODEL_NAME') FROM embed.models WHERE name = '$MODEL_NAME';
-SELECT count(*) = 1 AS registered FROM embed.register_model('$MODEL_NAME', '$MODEL_NAME');
 CREATE FUNCTION pg_temp.rss_mb() RETURNS float8 LANGUAGE sql AS \$\$
     SELECT (regexp_match(pg_read_file('/proc/self/status'), 'VmRSS:\s+(\d+) kB'))[1]::float8 / 1024
 \$\$;
+-- register_model loads the model into this backend's cache (it checks that it loads).
 CREATE TEMP TABLE m AS SELECT pg_temp.rss_mb() AS before, clock_timestamp() AS t0;
+SELECT count(*) = 1 AS registered FROM embed.register_model('$MODEL_NAME', '$MODEL_NAME');
 CREATE TEMP TABLE v AS SELECT embed('$MODEL_NAME', 'warm up') AS e, clock_timestamp() AS t1;
 SELECT jsonb_build_object('rss_before_load_mb', m.before, 'rss_after_load_mb', pg_temp.rss_mb(),
     'first_call_ms', extract(epoch FROM v.t1 - m.t0) * 1000, 'dim', array_length(v.e, 1)) FROM m, v;
 SELECT embed.drop_model('$MODEL_NAME');
 SQL
-)"
-    backend_json="$(printf '%s\n' "$backend_json" | grep '^{' | tail -1)"
+)" || { info "the backend could not load the model (above): its memory is not measured"; backend_json="{}"; }
+    backend_json="$(printf '%s\n' "$backend_json" | grep '^{' | tail -1 || echo '{}')"
 else
     info "no server with pg_embed on port $PG_EMBED_PORT: the backend's memory is not measured (make demo starts one)"
 fi
@@ -93,12 +97,13 @@ info "load average after: $load_after (1, 5, 15 minutes; the bench itself adds a
 
 commit="$(git -C "$REPO" rev-parse --short HEAD)"
 result="$OUT/decoder-$commit-$(date -u +%Y%m%dT%H%M%SZ).json"
-"$BENCH_VENV/bin/python" - "$result" "$commit" "$THREADS" "$cpu" "$flags" "$torch_json" "$backend_json" \
-    "$load_before" "$load_after" "${rust_runs[@]}" <<'PY'
+"$BENCH_VENV/bin/python" - "$result" "$commit" "$THREADS" "$cpu" "$flags" "$RUNS/torch.json" "$backend_json" \
+    "$load_before" "$load_after" "$RUNS"/rust-*.json <<'PY'
 import json, math, sys
 path, commit, threads, cpu, flags, torch, backend, load_before, load_after = sys.argv[1:10]
-runs = [[json.loads(line) for line in r.splitlines() if line.startswith("{")] for r in sys.argv[10:]]
-pt, backend = json.loads(torch), json.loads(backend)
+runs = [[json.loads(line) for line in open(r) if line.startswith("{")] for r in sys.argv[10:]]
+pt = next(json.loads(line) for line in open(torch) if line.startswith("{"))
+backend = json.loads(backend)
 rs_runs = [next(o for o in r if o["system"] != "machine") for r in runs]
 machine = next(o for o in runs[0] if o["system"] == "machine")
 rs = max(rs_runs, key=lambda o: o["sentences_per_s"])
@@ -136,10 +141,11 @@ print(f"\nmin cosine, pg_embed vs PyTorch, first {len(cosines)} vectors of the b
 print("\nmemory after load (RSS, MB):")
 print(f"  pg_embed pipeline process: {rs['rss_before_load_mb']:.0f} before, {rs['rss_after_load_mb']:.0f} after load "
       f"(load {rs['load_ms']:.0f} ms), {rs['rss_after_run_mb']:.0f} after the batch run")
-print(f"  PyTorch process:           {pt['rss_before_load_mb']:.0f} before, {pt['rss_after_load_mb']:.0f} after load")
+print(f"  PyTorch process:           {pt['rss_before_load_mb']:.0f} before, {pt['rss_after_load_mb']:.0f} after load "
+      f"(the weights mapped, read as they are used), {pt['rss_after_run_mb']:.0f} after the runs")
 if backend:
     print(f"  PostgreSQL backend:        {backend['rss_before_load_mb']:.0f} before, {backend['rss_after_load_mb']:.0f} after "
-          f"the first embed() ({backend['first_call_ms']:.0f} ms, dim {backend['dim']})")
+          f"register_model and the first embed() ({backend['first_call_ms']:.0f} ms, dim {backend['dim']})")
 for s in rs_runs + [pt]:
     s.pop("vectors")
 json.dump({"commit": commit, "threads": int(threads), "cpu": cpu, "flags": flags.split(),

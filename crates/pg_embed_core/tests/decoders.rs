@@ -160,6 +160,7 @@ fn check(name: &str) -> (f32, f32) {
                 let what = format!("{name}/{:?} in a batch", c.text);
                 batched = batched.max(close(&h.concat(), c.hidden.as_ref().unwrap(), &what));
             }
+            eprintln!("{name}: largest difference {single:.2e} one by one, {batched:.2e} batched (hidden states)");
             return (single, batched);
         }
     };
