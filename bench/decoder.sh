@@ -13,6 +13,8 @@
 #
 #   bench/decoder.sh [threads] [sentences]      (defaults: the machine's cores; 200)
 #
+# PG_EMBED_BENCH_SINGLES (default 30) sets how many single-sentence calls each system times.
+#
 # The model (2.4 GB of float32) is generated once (seeded) into
 # $MODEL_DIR/bench-qwen3-0.6b-shape (models/ is ignored; the server's pg_embed.model_dir).
 # The Python side installs into bench/.venv as bench/run.sh does; another environment with
@@ -20,6 +22,8 @@
 set -euo pipefail
 # shellcheck source=scripts/env.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/env.sh"
+# shellcheck source=bench/lib.sh
+source "$REPO/bench/lib.sh"
 
 THREADS="${1:-$(nproc)}"
 SENTENCES="${2:-200}"
@@ -36,18 +40,8 @@ mkdir -p "$OUT"
 RUNS="$(mktemp -d)"
 trap 'rm -rf "$RUNS"' EXIT
 
-cpu="$(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -1)"
-flags="$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx512|amx)' | sort | tr '\n' ' ' || true)"
-step "CPU: $cpu, $(nproc) cores; $THREADS threads; the first $SENTENCES corpus sentences"
-info "avx512/amx flags: ${flags:-none}"
-load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
-info "load average before: $load_before"
-
-if [ ! -x "$BENCH_VENV/bin/python" ]; then
-    step "bench venv: torch, sentence-transformers, transformers (first run only)"
-    python3 -m venv "$BENCH_VENV"
-    "$BENCH_VENV/bin/pip" install -q torch "sentence-transformers==6.2.0" "transformers==5.23.0" onnxruntime onnx onnxscript pillow
-fi
+bench_header "$THREADS threads; the first $SENTENCES corpus sentences"
+bench_venv "$BENCH_VENV"
 export HF_HUB_OFFLINE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 TRANSFORMERS_VERBOSITY=error TOKENIZERS_PARALLELISM=false
 
 if [ ! -e "$DATA/done" ]; then

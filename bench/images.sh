@@ -17,6 +17,8 @@
 set -euo pipefail
 # shellcheck source=scripts/env.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/env.sh"
+# shellcheck source=bench/lib.sh
+source "$REPO/bench/lib.sh"
 
 THREADS="${1:-$(nproc)}"
 BENCH="$REPO/bench"
@@ -25,19 +27,8 @@ DATA="$BENCH/.cache/images-vit-b16"
 OUT="$BENCH/results"
 mkdir -p "$OUT"
 
-cpu="$(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -1)"
-flags="$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx512|amx)' | sort | tr '\n' ' ' || true)"
-step "CPU: $cpu, $(nproc) cores; $THREADS threads"
-info "avx512/amx flags: ${flags:-none}"
-# The bench's own threads count too: more than THREADS means something else was running.
-load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
-info "load average before: $load_before"
-
-if [ ! -x "$BENCH_VENV/bin/python" ]; then
-    step "bench venv: torch, transformers, Pillow (first run only)"
-    python3 -m venv "$BENCH_VENV"
-    "$BENCH_VENV/bin/pip" install -q torch "sentence-transformers==6.2.0" "transformers==5.23.0" onnxruntime onnx onnxscript pillow
-fi
+bench_header "$THREADS threads"
+bench_venv "$BENCH_VENV"
 export HF_HUB_DISABLE_PROGRESS_BARS=1 TRANSFORMERS_VERBOSITY=error TOKENIZERS_PARALLELISM=false
 
 if [ ! -e "$DATA/done" ]; then

@@ -15,6 +15,8 @@
 set -euo pipefail
 # shellcheck source=scripts/env.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/env.sh"
+# shellcheck source=bench/lib.sh
+source "$REPO/bench/lib.sh"
 pg_embed_resolve_paths
 
 THREADS="${1:-$(nproc)}"
@@ -25,11 +27,7 @@ VENV="$BENCH/.venv"
 OUT="$BENCH/results"
 mkdir -p "$OUT"
 
-if [ ! -x "$VENV/bin/python" ]; then
-    step "bench venv: sentence-transformers, onnxruntime (first run only)"
-    python3 -m venv "$VENV"
-    "$VENV/bin/pip" install -q torch "sentence-transformers==6.2.0" "transformers==5.23.0" onnxruntime onnx onnxscript
-fi
+bench_venv "$VENV"
 
 psql_b() { "$PGBIN/psql" -X -q -A -t -h 127.0.0.1 -p "$PG_EMBED_PORT" -U "$PG_SUPERUSER" -d "$PG_EMBED_DB" -v ON_ERROR_STOP=1 "$@"; }
 
