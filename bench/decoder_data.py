@@ -8,9 +8,10 @@ directory in Qwen3-Embedding-0.6B's layout and shape, with random weights.
   transformers' own initialisation (std 0.02), saved as float32 safetensors.
 - sentence-transformers' modules: Transformer -> Pooling (lasttoken) -> Normalize, with
   Qwen3-Embedding's ``query`` prompt.
-- The tokenizer: the real one cannot be downloaded here, so ``Qwen2Tokenizer`` (NFC, Qwen's
-  split regex, byte-level BPE, as Qwen3-Embedding's) over a BPE trained on the bench corpus
-  with 4,000 merges: the corpus's words become whole tokens, as the common English words of
+- The tokenizer: the real one cannot be downloaded here, so the Qwen tokenizer of the decoder
+  fixtures (``tok_qwen`` of scripts/gen_decoder_fixtures.py: ``Qwen2Tokenizer`` with NFC,
+  Qwen's split regex and byte-level BPE, as Qwen3-Embedding's) trained on the bench corpus
+  to 4,000 tokens: the corpus's words become whole tokens, as the common English words of
   the corpus are whole tokens in Qwen's 151k vocabulary. It appends ``<|endoftext|>`` to every
   text and pads on the left, as Qwen3-Embedding's tokenizer.json does. Both systems read the
   same tokenizer.json, so they see the same tokens.
@@ -28,35 +29,22 @@ import sys
 import tempfile
 
 SEED = 20261125
-EOT = "<|endoftext|>"
-SPECIALS = [EOT, "<|im_start|>", "<|im_end|>"]
 QUERY_PROMPT = "Instruct: Given a web search query, retrieve relevant passages that answer the query\nQuery:"
 SHAPE = dict(vocab_size=151669, hidden_size=1024, num_hidden_layers=28, num_attention_heads=16,
              num_key_value_heads=8, head_dim=128, intermediate_size=3072, max_position_embeddings=32768)
 
 
 def write_tokenizer(d: str, corpus: str) -> None:
-    from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
-    from transformers import Qwen2Tokenizer
+    """The fixtures' Qwen tokenizer (scripts/gen_decoder_fixtures.py), trained on `corpus`."""
+    import importlib.util
 
-    bpe = Tokenizer(models.BPE(unk_token=None))
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    trainer = trainers.BpeTrainer(vocab_size=4000, special_tokens=SPECIALS, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts", "gen_decoder_fixtures.py")
+    spec = importlib.util.spec_from_file_location("gen_decoder_fixtures", path)
+    fixtures = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fixtures)
     with open(corpus, encoding="utf-8") as f:
-        bpe.train_from_iterator([line.rstrip("\n") for line in f], trainer=trainer)
-    with tempfile.TemporaryDirectory() as tmp:
-        bpe.save(os.path.join(tmp, "tokenizer.json"))
-        with open(os.path.join(tmp, "tokenizer.json"), encoding="utf-8") as f:
-            model = json.load(f)["model"]
-    vocab = model["vocab"]
-    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model["merges"]]
-    tok = Qwen2Tokenizer(vocab=vocab, merges=merges, unk_token=None, bos_token=None, eos_token="<|im_end|>",
-                         pad_token=EOT, padding_side="left")
-    tok.backend_tokenizer.post_processor = processors.TemplateProcessing(
-        single=f"$A:0 {EOT}:0", pair=f"$A:0 {EOT}:0 $B:1 {EOT}:1", special_tokens=[(EOT, vocab[EOT])])
-    tok.model_max_length = 32768
-    tok.save_pretrained(d)
+        lines = [line.rstrip("\n") for line in f]
+    fixtures.tok_qwen(d, 32768, corpus=lines, vocab_size=4000)
 
 
 def write_model(d: str, corpus: str) -> None:

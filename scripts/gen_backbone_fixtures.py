@@ -102,7 +102,9 @@ def wordpiece(out_dir, specials, single, pair, names, input_names):
     return save_tokenizer(tok, out_dir, names, input_names)
 
 
-def bpe(out_dir, specials, single, pair, names, input_names, lowercase=False):
+def bpe(out_dir, specials, single, pair, names, input_names, lowercase=False, corpus=None, vocab_size=420):
+    """Byte-level BPE of `vocab_size` tokens trained on `corpus` (lines; default the corpus of
+    scripts/gen_fixtures.py) with `specials` as ids 0.."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
     tok = Tokenizer(models.BPE(unk_token=None))
@@ -110,9 +112,9 @@ def bpe(out_dir, specials, single, pair, names, input_names, lowercase=False):
         tok.normalizer = normalizers.Lowercase()
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=420, special_tokens=list(specials), show_progress=False,
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(specials), show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(gf.CORPUS.splitlines(), trainer=trainer)
+    tok.train_from_iterator(gf.CORPUS.splitlines() if corpus is None else corpus, trainer=trainer)
     ids = {t: tok.token_to_id(t) for t in specials}
     assert [ids[t] for t in specials] == list(range(len(specials))), ids
     tok.post_processor = processors.TemplateProcessing(

@@ -211,20 +211,22 @@ def tok_gpt2(d, max_length):
     return gb.bpe(d, GPT2_SPECIALS, "$A", "$A $B:1", names, gb.NO_TYPES)
 
 
-def tok_qwen(d, max_length):
+def tok_qwen(d, max_length, corpus=None, vocab_size=420):
     """Qwen2Tokenizer (tokenizer_class "Qwen2Tokenizer", as Qwen3-Embedding ships it) over the
     byte-level BPE vocabulary and merges of gen_backbone_fixtures, with a post-processor that
     APPENDS <|endoftext|> (id 0) to every sequence, as Qwen3-Embedding's tokenizer.json does;
     pad <|endoftext|>, eos <|im_end|>, left padding. transformers 5.23 loads a qwen2 / qwen3
     directory's tokenizer as Qwen2Tokenizer whatever tokenizer_class says (qwen2 is in
     MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS) and the class rebuilds NFC and Qwen's split regex
-    itself, so the class makes the tokenizer and tokenizer.json is what it saves."""
+    itself, so the class makes the tokenizer and tokenizer.json is what it saves. `corpus` and
+    `vocab_size` are the BPE training's (gen_backbone_fixtures.bpe)."""
     from tokenizers import processors
     from transformers import Qwen2Tokenizer
 
     with tempfile.TemporaryDirectory() as tmp:
         gb.MAX_LENGTH = max_length
-        gb.bpe(tmp, QWEN_SPECIALS, "$A", "$A $B:1", dict(eos_token=EOT), gb.NO_TYPES)
+        gb.bpe(tmp, QWEN_SPECIALS, "$A", "$A $B:1", dict(eos_token=EOT), gb.NO_TYPES, corpus=corpus,
+               vocab_size=vocab_size)
         model = read_json(os.path.join(tmp, "tokenizer.json"))["model"]
     vocab, merges = model["vocab"], [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model["merges"]]
     assert [vocab[t] for t in QWEN_SPECIALS] == [0, 1, 2]
