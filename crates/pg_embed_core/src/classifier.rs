@@ -212,7 +212,7 @@ impl HeadConfig {
 }
 
 /// How scores come from logits (`config.problem_type`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Problem {
     /// softmax over the labels
@@ -230,7 +230,7 @@ RobertaForSequenceClassification, ViTForImageClassification, XLMRobertaForSequen
 XLNetForSequenceClassification";
 
 /// Which token states a head reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 enum Pool {
     /// The backbone's pooler output (BERT: dense + tanh over [CLS]).
     BackbonePooler,
@@ -247,12 +247,14 @@ enum Pool {
 
 /// A `*ForSequenceClassification` head: pool, then optionally dense -> activation -> norm,
 /// then the output projection. Each architecture is one row of names in `Classifier::load`.
+#[derive(serde::Serialize, serde::Deserialize)]
 struct Head {
     pool: Pool,
     dense: Option<(Linear, Activation, Option<Norm>)>,
     out: Linear,
 }
 
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct Classifier {
     head: Head,
     pub architecture: String,

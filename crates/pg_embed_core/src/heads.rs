@@ -37,12 +37,14 @@ fn yes() -> bool {
 }
 
 /// `use_residual`: the input added back, projected when the widths differ.
+#[derive(serde::Serialize, serde::Deserialize)]
 enum Residual {
     None,
     Identity,
     Projection(Linear),
 }
 
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct Dense {
     linear: Linear,
     activation: Activation,

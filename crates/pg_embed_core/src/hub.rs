@@ -209,7 +209,7 @@ pub fn verify(root: &Path, dir: &Path, expected: &BTreeMap<String, String>) -> R
     Ok(())
 }
 
-fn sha256_file(path: &Path) -> Result<String> {
+pub(crate) fn sha256_file(path: &Path) -> Result<String> {
     let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];

@@ -14,6 +14,7 @@ pub mod models;
 pub mod options;
 pub mod pipeline;
 pub mod pooling;
+pub mod prepared;
 pub mod processor;
 pub mod source;
 pub mod st;

@@ -41,14 +41,28 @@ pub fn available() -> bool {
     false
 }
 
+/// The weight layout the linear layers use on this CPU (what a prepared file of weights
+/// holds, so files of one layout are never read on a CPU that uses the other).
+pub fn layout() -> &'static str {
+    if available() {
+        "avx512-panels32"
+    } else {
+        "torch-rows"
+    }
+}
+
 /// 16 floats on a 64-byte boundary: one 512-bit line.
 #[repr(C, align(64))]
 #[derive(Clone, Copy)]
-struct Line([f32; 16]);
+pub struct Line([f32; 16]);
+
+// SAFETY: sixteen f32, no padding (64 bytes at 64-byte alignment).
+unsafe impl crate::prepared::buffer::Element for Line {}
 
 /// A weight [outputs, inputs] (torch's layout) packed into panels of 32 outputs.
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct PackedWeight {
-    lines: Vec<Line>,
+    lines: crate::prepared::Shared<Line>,
     outputs: usize,
     inputs: usize,
 }
@@ -69,7 +83,7 @@ impl PackedWeight {
                 lines.extend_from_slice(&pair);
             }
         }
-        PackedWeight { lines, outputs, inputs }
+        PackedWeight { lines: lines.into(), outputs, inputs }
     }
 
     /// Back to torch's layout, [outputs, inputs] row-major.

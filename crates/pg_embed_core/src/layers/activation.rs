@@ -5,7 +5,7 @@ use super::math::{erf, sigmoid};
 
 /// An element-wise activation. The models' feed-forward activations (transformers'
 /// `hidden_act`) and the heads' (torch's modules, with torch's default parameters).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Activation {
     Identity,
     /// x * Phi(x) with the exact error function ("gelu").

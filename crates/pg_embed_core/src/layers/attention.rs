@@ -57,8 +57,9 @@ pub fn relative_position_bucket(relative_position: i64, num_buckets: usize, max_
 
 /// A bias per head looked up by relative position in a bucket table (T5's and MPNet's
 /// `relative_attention_bias`, [buckets, heads]).
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct RelativeBias {
-    table: Vec<f32>,
+    table: crate::prepared::Floats,
     buckets: usize,
     heads: usize,
     max_distance: usize,
@@ -83,7 +84,7 @@ impl RelativeBias {
                 "{buckets} relative position buckets do not cover a distance of {max_distance}"
             );
         }
-        Ok(RelativeBias { table, buckets, heads, max_distance })
+        Ok(RelativeBias { table: table.into(), buckets, heads, max_distance })
     }
 
     pub fn heads(&self) -> usize {
@@ -109,16 +110,17 @@ impl RelativeBias {
 
 /// Rotary positions, non-interleaved (the two halves of each head rotated together, as
 /// transformers' `rotate_half`), at positions 0..len-1 within each sequence.
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct Rotary {
     /// 1 / theta^(2i / head_dim) for i < head_dim / 2.
-    inv_freq: Vec<f32>,
+    inv_freq: crate::prepared::Floats,
 }
 
 impl Rotary {
     pub fn new(head_dim: usize, theta: f64) -> Self {
-        let inv_freq =
+        let inv_freq: Vec<f32> =
             (0..head_dim).step_by(2).map(|i| 1.0 / (theta as f32).powf(i as f32 / head_dim as f32)).collect();
-        Rotary { inv_freq }
+        Rotary { inv_freq: inv_freq.into() }
     }
 
     /// Half the head width this rotates.
@@ -152,7 +154,7 @@ pub(crate) fn rotate(row: &mut [f32], heads: usize, head_dim: usize, cos: &[f32]
 /// `head_dim` each, `scale` on the scores, a causal mask or not, a sliding window (each
 /// query sees the keys at most `window` positions away) or not. The packed Q, K and V of a
 /// token are side by side: [heads head_dim | kv_heads head_dim | kv_heads head_dim].
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Heads {
     pub heads: usize,
     pub kv_heads: usize,

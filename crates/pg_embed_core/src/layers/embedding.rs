@@ -2,8 +2,9 @@
 //! packed batch's sequence boundaries.
 
 /// A table of `rows` embeddings of `width` values.
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct Embedding {
-    table: Vec<f32>,
+    table: crate::prepared::Floats,
     rows: usize,
     width: usize,
 }
@@ -14,7 +15,7 @@ impl Embedding {
         if Some(table.len()) != rows.checked_mul(width) {
             candle_core::bail!("an embedding table of {} values is not [{rows}, {width}]", table.len());
         }
-        Ok(Embedding { table, rows, width })
+        Ok(Embedding { table: table.into(), rows, width })
     }
 
     /// From a [rows, width] tensor.

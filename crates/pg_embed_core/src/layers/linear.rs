@@ -9,6 +9,7 @@ use gemm::Parallelism;
 
 use super::stack::{for_rows, Buf, Share};
 use crate::matmul;
+use crate::prepared::Floats;
 
 /// Output columns per unit of work a team shares out: a packed panel (32 columns), and as
 /// many columns of a torch-layout weight.
@@ -18,9 +19,10 @@ const UNIT: usize = 32;
 /// differ in layout and speed. A new kind (bfloat16 panels, a memory-mapped file) is one
 /// more variant here, with its arms in `units`, `product` and `product_units`: the stack,
 /// its team and the models do not change.
+#[derive(serde::Serialize, serde::Deserialize)]
 pub enum Weight {
     /// torch's layout, [outputs, inputs] row-major, multiplied by the `gemm` crate.
-    Torch(Vec<f32>),
+    Torch(Floats),
     /// Panels of 32 output columns for `crate::matmul` (AVX-512).
     Packed(matmul::PackedWeight),
 }
@@ -35,7 +37,7 @@ impl Weight {
         if packed {
             Weight::Packed(matmul::PackedWeight::pack(&weight, outputs, inputs))
         } else {
-            Weight::Torch(weight)
+            Weight::Torch(weight.into())
         }
     }
 
@@ -49,9 +51,10 @@ impl Weight {
 }
 
 /// A linear layer: `weight` [outputs, inputs] (torch's) and an optional `bias` [outputs].
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct Linear {
     weight: Weight,
-    bias: Option<Vec<f32>>,
+    bias: Option<Floats>,
     inputs: usize,
     outputs: usize,
 }
@@ -83,7 +86,7 @@ impl Linear {
             }
         }
         let weight = Weight::with_layout(weight, outputs, inputs, packed);
-        Ok(Linear { weight, bias, inputs, outputs })
+        Ok(Linear { weight, bias: bias.map(Into::into), inputs, outputs })
     }
 
     /// Layers over the same input side by side, from torch's layout: parts of (`weight`

@@ -2,13 +2,15 @@
 //! mean, no bias).
 
 use super::math::{sum, sum_squares};
+use crate::prepared::Floats;
 
 /// A normalisation over each row of its width.
+#[derive(serde::Serialize, serde::Deserialize)]
 pub enum Norm {
     /// (x - mean) / sqrt(var + eps) * weight (+ bias).
-    Layer { weight: Vec<f32>, bias: Option<Vec<f32>>, eps: f32 },
+    Layer { weight: Floats, bias: Option<Floats>, eps: f32 },
     /// x / sqrt(mean(x^2) + eps) * weight.
-    Rms { weight: Vec<f32>, eps: f32 },
+    Rms { weight: Floats, eps: f32 },
     /// x unchanged (a block without a norm, as ModernBERT's first attention).
     Identity { width: usize },
 }
@@ -18,11 +20,11 @@ impl Norm {
         if bias.as_ref().is_some_and(|b| b.len() != weight.len()) {
             candle_core::bail!("a layer norm of {} weights and a different number of biases", weight.len());
         }
-        Ok(Norm::Layer { weight, bias, eps: eps as f32 })
+        Ok(Norm::Layer { weight: weight.into(), bias: bias.map(Into::into), eps: eps as f32 })
     }
 
     pub fn rms(weight: Vec<f32>, eps: f64) -> Self {
-        Norm::Rms { weight, eps: eps as f32 }
+        Norm::Rms { weight: weight.into(), eps: eps as f32 }
     }
 
     pub fn width(&self) -> usize {

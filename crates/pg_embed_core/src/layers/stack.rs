@@ -16,7 +16,7 @@ use super::linear::Linear;
 use super::norm::Norm;
 
 /// Where a layer's norms sit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum NormPosition {
     /// After each block's residual sum (BERT, NomicBERT): `attention_norm` after attention,
     /// `output_norm` after the MLP.
@@ -27,6 +27,7 @@ pub enum NormPosition {
 }
 
 /// A layer's feed-forward block.
+#[derive(serde::Serialize, serde::Deserialize)]
 pub enum Mlp {
     /// down(act(up(x))).
     Plain { up: Linear, down: Linear },
@@ -56,6 +57,7 @@ impl Mlp {
 }
 
 /// One transformer layer.
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct Layer {
     /// Q, K and V side by side: [heads head_dim + 2 kv_heads head_dim, hidden].
     pub qkv: Linear,
@@ -105,13 +107,12 @@ pub struct StackSpec {
     pub sliding: Option<Sliding>,
     /// The scale of the scores instead of 1 / sqrt(head_dim) (with `scaled`).
     pub scale: Option<f32>,
-    /// A term added to every layer's scores from its queries and keys.
-    pub score_term: Option<Box<dyn ScoreTerm>>,
 }
 
 /// Layers that attend within a window: each layer marked in `layers` sees only the keys
 /// at most `window` positions from each query (the others attend globally), with its own
 /// rotary positions when `rotary` is given (the stack's otherwise).
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct Sliding {
     /// Whether layer i slides, one per layer.
     pub layers: Vec<bool>,
@@ -144,12 +145,12 @@ impl StackSpec {
             relative_bias: None,
             sliding: None,
             scale: None,
-            score_term: None,
         }
     }
 }
 
 /// A stack of layers, every architecture's (see the module's parameters in `StackSpec`).
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct Stack {
     pub layers: Vec<Layer>,
     pub hidden: usize,
@@ -160,7 +161,6 @@ pub struct Stack {
     pub(super) rotary: Option<Rotary>,
     pub(super) relative_bias: Option<RelativeBias>,
     sliding: Option<Sliding>,
-    score_term: Option<Box<dyn ScoreTerm>>,
 }
 
 /// What one call adds to the layers: the attention bias and the rotary table.
@@ -277,18 +277,27 @@ impl Stack {
             rotary: spec.rotary,
             relative_bias: spec.relative_bias,
             sliding: spec.sliding,
-            score_term: spec.score_term,
         })
     }
 
     /// As `forward`, with the sizes checked first: `x` [tokens, hidden], the sequences of
     /// `lengths` end to end.
     pub fn try_forward(&self, x: &mut [f32], lengths: &[usize]) -> candle_core::Result<()> {
+        self.try_forward_with(x, lengths, None)
+    }
+
+    /// As `try_forward`, with a score term (see `forward_with`).
+    pub fn try_forward_with(
+        &self,
+        x: &mut [f32],
+        lengths: &[usize],
+        term: Option<&dyn ScoreTerm>,
+    ) -> candle_core::Result<()> {
         let tokens = lengths.iter().try_fold(0usize, |a, l| a.checked_add(*l));
         if tokens.and_then(|t| t.checked_mul(self.hidden)) != Some(x.len()) {
             candle_core::bail!("{} values are not the {:?} tokens of width {}", x.len(), tokens, self.hidden);
         }
-        self.forward(x, lengths, None);
+        self.forward_with(x, lengths, None, term);
         Ok(())
     }
 
@@ -299,8 +308,8 @@ impl Stack {
         self.forward_with(x, lengths, bias, None)
     }
 
-    /// As `forward`, with `term` added to every layer's scores in this call instead of the
-    /// stack's own score term (a term that depends on the batch: XLNet's segments).
+    /// As `forward`, with `term` added to every layer's scores in this call (XLNet's
+    /// relative attention, DeBERTa's disentangled attention).
     pub fn forward_with(
         &self,
         x: &mut [f32],
@@ -323,7 +332,7 @@ impl Stack {
             bias: bias.or(own.as_ref()),
             rope: rope.as_ref().map(|(c, s)| (&c[..], &s[..])),
             local_rope: local_rope.as_ref().map(|(c, s)| (&c[..], &s[..])),
-            term: term.or(self.score_term.as_deref()),
+            term,
         };
         if threads > 1 && lengths.len() >= 2 * threads {
             // One group of whole sequences per thread, of about equal token counts.

@@ -246,7 +246,6 @@ fn stack(s: &Setting, raws: &[Raw], packed: bool) -> Stack {
         }),
         sliding: s.window.map(|window| Sliding::between_global(2, raws.len(), window, None)),
         scale: None,
-        score_term: None,
     };
     Stack::new(layers, spec).unwrap()
 }

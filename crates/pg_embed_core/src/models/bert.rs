@@ -71,6 +71,7 @@ mod d {
     }
 }
 
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct Model {
     encoder: Encoder,
     /// `BertPooler` (dense + tanh over [CLS]) and its width, when the checkpoint carries one.
@@ -122,6 +123,9 @@ impl super::Config for Config {
     }
     fn load(&self, vb: VarBuilder) -> Result<Box<dyn super::Model>> {
         Ok(Box::new(load(vb, self)?))
+    }
+    fn restore(&self, prepared: serde_json::Value) -> Result<Box<dyn super::Model>> {
+        super::restore::<Model>(prepared)
     }
 }
 

@@ -53,6 +53,7 @@ impl TryFrom<Raw> for Config {
     }
 }
 
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct Model {
     text: clip::Model,
     vision: clip_vision::Model,
@@ -95,6 +96,9 @@ impl super::Config for Config {
     }
     fn load(&self, vb: VarBuilder) -> Result<Box<dyn super::Model>> {
         Ok(Box::new(load(vb, self)?))
+    }
+    fn restore(&self, prepared: serde_json::Value) -> Result<Box<dyn super::Model>> {
+        super::restore::<Model>(prepared)
     }
 }
 

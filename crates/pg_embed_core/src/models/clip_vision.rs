@@ -77,6 +77,7 @@ mod d {
 }
 
 /// The vision tower, with its projection when the checkpoint has one.
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct Model {
     embeddings: vision::Embeddings,
     pre_norm: Norm,
@@ -181,6 +182,9 @@ impl super::Config for Config {
     }
     fn load(&self, vb: VarBuilder) -> Result<Box<dyn super::Model>> {
         Ok(Box::new(load(vb, self)?))
+    }
+    fn restore(&self, prepared: serde_json::Value) -> Result<Box<dyn super::Model>> {
+        super::restore::<Model>(prepared)
     }
 }
 

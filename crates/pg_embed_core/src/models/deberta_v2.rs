@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::encoder::{bad_weights, check_eps, check_heads, check_positions, unsupported, with_prefix};
 use crate::error::{Error, Result};
 use crate::layers::{self, Activation};
+use crate::prepared::Floats;
 
 /// `transformers.DebertaV2Config`
 /// (https://huggingface.co/docs/transformers/model_doc/deberta-v2#transformers.DebertaV2Config);
@@ -114,6 +115,7 @@ mod d {
     }
 }
 
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct Model {
     word: layers::Embedding,
     position: Option<layers::Embedding>,
@@ -122,6 +124,8 @@ pub struct Model {
     project: Option<layers::Linear>,
     norm: layers::Norm,
     stack: layers::Stack,
+    /// Disentangled attention (relative_attention), a score term of every layer.
+    terms: Option<Disentangled>,
 }
 
 fn act(name: &str) -> Result<Activation> {
@@ -157,11 +161,12 @@ fn log_bucket(relative: i64, bucket_size: i64, max_position: i64) -> i64 {
 /// DeBERTa's disentangled attention terms: content to position (c2p, each query against the
 /// relative embeddings projected as keys) and position to content (p2c, each key against
 /// them projected as queries), by the bucketed distance between query and key.
+#[derive(serde::Serialize, serde::Deserialize)]
 struct Disentangled {
     /// Per layer, the relative embeddings through its key projection [2 span, heads
     /// head_dim] (c2p) and through its query projection (p2c).
-    c2p: Vec<Option<Vec<f32>>>,
-    p2c: Vec<Option<Vec<f32>>>,
+    c2p: Vec<Option<Floats>>,
+    p2c: Vec<Option<Floats>>,
     span: i64,
     buckets: i64,
     max_relative: i64,
@@ -335,8 +340,8 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
                         p2c.then(|| own("pos_query_proj")).transpose()?,
                     )
                 };
-                terms.c2p.push(pos_key);
-                terms.p2c.push(pos_query);
+                terms.c2p.push(pos_key.map(Into::into));
+                terms.p2c.push(pos_query.map(Into::into));
             }
             let qkv = layers::Linear::side_by_side(vec![(qw, Some(qb)), (kw, Some(kb)), (vw, Some(vb_))], h)?;
             let ff = cfg.intermediate_size;
@@ -371,11 +376,11 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
         let spec = layers::StackSpec {
             head_dim,
             scale: Some(scale),
-            score_term: relative.is_some().then(|| Box::new(terms) as Box<dyn layers::ScoreTerm>),
             ..layers::StackSpec::post_norm(h, heads, activation)
         };
         let norm = norm(e.pp("LayerNorm"), h)?;
-        Ok(Model { word, position, token_type, project, norm, stack: layers::Stack::new(stack, spec)? })
+        let terms = relative.is_some().then_some(terms);
+        Ok(Model { word, position, token_type, project, norm, stack: layers::Stack::new(stack, spec)?, terms })
     };
     load().map_err(bad_weights)
 }
@@ -405,7 +410,8 @@ impl Model {
             x = project.apply(&x);
         }
         self.norm.forward(&mut x);
-        self.stack.try_forward(&mut x, &lengths)?;
+        let term = self.terms.as_ref().map(|t| t as &dyn layers::ScoreTerm);
+        self.stack.try_forward_with(&mut x, &lengths, term)?;
         Ok(x)
     }
 }
@@ -425,6 +431,9 @@ impl super::Config for Config {
     }
     fn load(&self, vb: VarBuilder) -> Result<Box<dyn super::Model>> {
         Ok(Box::new(load(vb, self)?))
+    }
+    fn restore(&self, prepared: serde_json::Value) -> Result<Box<dyn super::Model>> {
+        super::restore::<Model>(prepared)
     }
 }
 

@@ -53,6 +53,7 @@ pub struct Spec {
     pub sliding: Option<(Vec<bool>, usize, f64)>,
 }
 
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct Model {
     word: layers::Embedding,
     embed_scale: Option<f32>,
@@ -175,7 +176,6 @@ pub fn load(vb: VarBuilder, spec: &Spec) -> Result<Model> {
                 rotary: Some(layers::Rotary::new(d, *theta)),
             }),
             scale: spec.scale,
-            score_term: None,
         };
         Ok(Model { word, embed_scale: spec.embed_scale, stack: layers::Stack::new(stack, stack_spec)? })
     };

@@ -66,6 +66,7 @@ const LAYER_NAMES: [(&str, &str); 8] = [
     ("output_layer_norm", "output.LayerNorm"),
 ];
 
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct Model {
     encoder: Encoder,
 }
@@ -112,6 +113,9 @@ impl super::Config for Config {
     }
     fn load(&self, vb: VarBuilder) -> Result<Box<dyn super::Model>> {
         Ok(Box::new(load(vb, self)?))
+    }
+    fn restore(&self, prepared: serde_json::Value) -> Result<Box<dyn super::Model>> {
+        super::restore::<Model>(prepared)
     }
 }
 

@@ -23,6 +23,7 @@ fn embedding_size() -> usize {
     128
 }
 
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct Model {
     encoder: Encoder,
 }
@@ -48,6 +49,9 @@ impl super::Config for Config {
     }
     fn load(&self, vb: VarBuilder) -> Result<Box<dyn super::Model>> {
         Ok(Box::new(load(vb, self)?))
+    }
+    fn restore(&self, prepared: serde_json::Value) -> Result<Box<dyn super::Model>> {
+        super::restore::<Model>(prepared)
     }
 }
 

@@ -13,12 +13,13 @@ use candle_nn::VarBuilder;
 
 use crate::error::{Error, Result};
 use crate::layers;
+use crate::prepared::Floats;
 use crate::weights::{layer_norm, torch_linear, torch_parts};
 
 use super::Batch;
 
 /// How position ids are numbered.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
 pub enum Positions {
     /// 0, 1, 2, ... (BERT, ELECTRA, DistilBERT).
     Absolute,
@@ -44,6 +45,7 @@ pub struct Spec<'a> {
     pub positions: Positions,
 }
 
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct Encoder {
     word: layers::Embedding,
     position: layers::Embedding,
@@ -51,10 +53,33 @@ pub struct Encoder {
     /// candle's LayerNorm, not the layer library's: on the tiny ELECTRA fixture (16-wide
     /// embeddings) the layer library's rounding order lands 1.4e-4 from transformers, candle's
     /// within the 1e-4 tolerance.
-    norm: candle_nn::LayerNorm,
+    norm: CandleLayerNorm,
     project: Option<layers::Linear>,
     positions: Positions,
     layers: layers::Stack,
+}
+
+/// A LayerNorm computed by candle's (see `Encoder::norm`), its weights kept as buffers.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct CandleLayerNorm {
+    weight: Floats,
+    bias: Floats,
+    eps: f64,
+}
+
+impl CandleLayerNorm {
+    fn load(vb: &VarBuilder, width: usize, eps: f64) -> candle_core::Result<Self> {
+        let weight = vb.get(width, "weight")?.to_vec1::<f32>()?.into();
+        let bias = vb.get(width, "bias")?.to_vec1::<f32>()?.into();
+        Ok(CandleLayerNorm { weight, bias, eps })
+    }
+
+    fn forward(&self, x: Tensor) -> candle_core::Result<Tensor> {
+        let cpu = &candle_core::Device::Cpu;
+        let weight = Tensor::from_slice(&self.weight, self.weight.len(), cpu)?;
+        let bias = Tensor::from_slice(&self.bias, self.bias.len(), cpu)?;
+        candle_nn::LayerNorm::new(weight, bias, self.eps).forward(&x)
+    }
 }
 
 pub fn unsupported(what: &'static str, value: &str, supported: &'static str) -> Error {
@@ -202,7 +227,7 @@ impl Encoder {
                 token_type: (spec.type_vocab_size > 0)
                     .then(|| table(spec.type_vocab_size, "token_type_embeddings.weight"))
                     .transpose()?,
-                norm: candle_nn::layer_norm(width, spec.layer_norm_eps, e.pp("LayerNorm"))?,
+                norm: CandleLayerNorm::load(&e.pp("LayerNorm"), width, spec.layer_norm_eps)?,
                 project: (width != spec.hidden_size)
                     .then(|| linear(vb.pp("embeddings_project"), spec.hidden_size, width))
                     .transpose()?,
@@ -253,7 +278,7 @@ impl Encoder {
         let tokens = packed.len() / width.max(1);
         let mut packed: Vec<f32> = self
             .norm
-            .forward(&Tensor::from_vec(packed, (tokens, width), &candle_core::Device::Cpu)?)?
+            .forward(Tensor::from_vec(packed, (tokens, width), &candle_core::Device::Cpu)?)?
             .flatten_all()?
             .to_vec1()?;
         if let Some(project) = &self.project {

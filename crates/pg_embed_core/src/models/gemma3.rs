@@ -213,4 +213,7 @@ impl super::Config for Config {
     fn load(&self, vb: VarBuilder) -> Result<Box<dyn super::Model>> {
         Ok(Box::new(decoder::load(vb, &self.spec()?)?))
     }
+    fn restore(&self, prepared: serde_json::Value) -> Result<Box<dyn super::Model>> {
+        super::restore::<decoder::Model>(prepared)
+    }
 }

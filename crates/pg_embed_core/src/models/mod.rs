@@ -129,8 +129,10 @@ impl<'a> Batch<'a> {
     }
 }
 
-/// A loaded backbone.
-pub trait Model: Send + Sync {
+/// A loaded backbone. Its weights are serializable (`serde`), with every buffer a
+/// [`crate::prepared::Shared`]: that is how it is written into, and restored from, the
+/// shared prepared file.
+pub trait Model: Send + Sync + Prepare {
     /// The last hidden states [tokens, hidden] of every token of `batch`, row-major, in the
     /// batch's order. A sequence's result does not depend on the others in its batch.
     fn forward(&self, batch: &Batch) -> candle_core::Result<Vec<f32>>;
@@ -177,6 +179,32 @@ pub trait Config: Send + Sync {
         Modality::Text
     }
     fn load(&self, vb: VarBuilder) -> Result<Box<dyn Model>>;
+    /// The backbone [`Model::prepared`] described, its buffers in a mapped prepared file.
+    fn restore(&self, prepared: serde_json::Value) -> Result<Box<dyn Model>>;
+}
+
+/// A backbone's weights as the prepared file describes them (every serializable model has it).
+pub trait Prepare {
+    fn prepared(&self) -> serde_json::Result<serde_json::Value>;
+}
+
+impl<T: Serialize> Prepare for T {
+    fn prepared(&self) -> serde_json::Result<serde_json::Value> {
+        serde_json::to_value(self)
+    }
+}
+
+impl Serialize for dyn Model {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
+        self.prepared().map_err(serde::ser::Error::custom)?.serialize(serializer)
+    }
+}
+
+/// A backbone of type `M` from its description (see [`Config::restore`]).
+pub(crate) fn restore<M: Model + DeserializeOwned + 'static>(prepared: serde_json::Value) -> Result<Box<dyn Model>> {
+    let model: M = serde_json::from_value(prepared)
+        .map_err(|e| Error::invalid_file("prepared weights", format!("cannot restore the backbone: {e}")))?;
+    Ok(Box::new(model))
 }
 
 /// One row of the architecture table: config.json's `model_type` and how to parse it.
@@ -287,6 +315,10 @@ impl BackboneConfig {
 
     pub fn load(&self, vb: VarBuilder) -> Result<Box<dyn Model>> {
         self.config.load(vb)
+    }
+
+    pub fn restore(&self, prepared: serde_json::Value) -> Result<Box<dyn Model>> {
+        self.config.restore(prepared)
     }
 }
 

@@ -89,6 +89,7 @@ const LAYER_NAMES: [(&str, &str); 8] = [
 /// MPNet's relative positions reach 128 tokens (`MPNetEncoder.relative_position_bucket`).
 const MAX_DISTANCE: usize = 128;
 
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct Model {
     encoder: Encoder,
     /// The relative position bias, added to every layer's attention scores.
@@ -146,6 +147,9 @@ impl super::Config for Config {
     }
     fn load(&self, vb: VarBuilder) -> Result<Box<dyn super::Model>> {
         Ok(Box::new(load(vb, self)?))
+    }
+    fn restore(&self, prepared: serde_json::Value) -> Result<Box<dyn super::Model>> {
+        super::restore::<Model>(prepared)
     }
 }
 

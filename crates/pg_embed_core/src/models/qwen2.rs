@@ -32,4 +32,7 @@ impl super::Config for Config {
         let spec = self.qwen.spec(self.qwen.hidden_size / heads, true, false, false)?;
         Ok(Box::new(decoder::load(vb, &spec)?))
     }
+    fn restore(&self, prepared: serde_json::Value) -> Result<Box<dyn super::Model>> {
+        super::restore::<decoder::Model>(prepared)
+    }
 }

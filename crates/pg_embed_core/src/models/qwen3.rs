@@ -34,4 +34,7 @@ impl super::Config for Config {
         let spec = self.qwen.spec(128, self.attention_bias, self.attention_bias, true)?;
         Ok(Box::new(decoder::load(vb, &spec)?))
     }
+    fn restore(&self, prepared: serde_json::Value) -> Result<Box<dyn super::Model>> {
+        super::restore::<decoder::Model>(prepared)
+    }
 }

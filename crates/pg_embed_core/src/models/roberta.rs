@@ -24,6 +24,7 @@ fn one() -> u32 {
     1
 }
 
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct Model {
     encoder: Encoder,
 }
@@ -51,6 +52,9 @@ impl super::Config for Config {
     }
     fn load(&self, vb: VarBuilder) -> Result<Box<dyn super::Model>> {
         Ok(Box::new(load(vb, self)?))
+    }
+    fn restore(&self, prepared: serde_json::Value) -> Result<Box<dyn super::Model>> {
+        super::restore::<Model>(prepared)
     }
 }
 

@@ -72,6 +72,7 @@ mod d {
     }
 }
 
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct Model {
     embed: layers::Embedding,
     stack: layers::Stack,
@@ -190,7 +191,6 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
             )?),
             sliding: None,
             scale: None,
-            score_term: None,
         };
         Ok(Model { embed, stack: layers::Stack::new(blocks, spec)? })
     };
@@ -230,6 +230,9 @@ impl super::Config for Config {
     }
     fn load(&self, vb: VarBuilder) -> Result<Box<dyn super::Model>> {
         Ok(Box::new(load(vb, self)?))
+    }
+    fn restore(&self, prepared: serde_json::Value) -> Result<Box<dyn super::Model>> {
+        super::restore::<Model>(prepared)
     }
 }
 

@@ -11,10 +11,11 @@ use candle_nn::VarBuilder;
 
 use super::Pixels;
 use crate::layers::{self, Activation, Linear, Norm};
+use crate::prepared::Floats;
 use crate::weights;
 
 /// How position embeddings meet an image whose patch grid is not the trained one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Grid {
     /// Only the trained image size is accepted (ViT, CLIP without interpolate_pos_encoding).
     Fixed,
@@ -23,13 +24,14 @@ pub enum Grid {
 }
 
 /// [CLS] + patch embeddings + position embeddings.
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct Embeddings {
     patch: Linear,
     patch_size: usize,
     channels: usize,
-    cls: Vec<f32>,
+    cls: Floats,
     /// [1 + side * side, hidden]: [CLS]'s row, then the trained grid row by row.
-    positions: Vec<f32>,
+    positions: Floats,
     /// The trained image size in pixels (square) and the grid's side in patches.
     image_size: usize,
     side: usize,
@@ -85,6 +87,7 @@ impl Embeddings {
                 1 + side * side
             );
         }
+        let (cls, positions) = (cls.into(), positions.into());
         Ok(Embeddings { patch, patch_size, channels, cls, positions, image_size, side, grid, hidden })
     }
 

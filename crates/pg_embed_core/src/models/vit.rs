@@ -84,6 +84,7 @@ mod d {
     }
 }
 
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct Model {
     embeddings: vision::Embeddings,
     stack: layers::Stack,
@@ -167,6 +168,9 @@ impl super::Config for Config {
     }
     fn load(&self, vb: VarBuilder) -> Result<Box<dyn super::Model>> {
         Ok(Box::new(load(vb, self)?))
+    }
+    fn restore(&self, prepared: serde_json::Value) -> Result<Box<dyn super::Model>> {
+        super::restore::<Model>(prepared)
     }
 }
 

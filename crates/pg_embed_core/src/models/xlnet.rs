@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use super::encoder::{bad_weights, check_eps, check_heads, unsupported, with_prefix, MAX_POSITIONS};
 use crate::error::{Error, Result};
 use crate::layers::{self, Activation};
+use crate::prepared::Floats;
 
 /// `transformers.XLNetConfig`
 /// (https://huggingface.co/docs/transformers/model_doc/xlnet#transformers.XLNetConfig);
@@ -86,22 +87,24 @@ mod d {
 
 /// One layer's relative attention parameters besides q, k, v and o (all [heads head_dim]
 /// per row).
+#[derive(serde::Serialize, serde::Deserialize)]
 struct Relative {
     /// `r` as a torch Linear: [heads head_dim, d_model].
     r: layers::Linear,
-    r_w_bias: Vec<f32>,
-    r_r_bias: Vec<f32>,
-    r_s_bias: Vec<f32>,
+    r_w_bias: Floats,
+    r_r_bias: Floats,
+    r_s_bias: Floats,
     /// [2, heads head_dim]: same segment, other segment.
-    seg_embed: Vec<f32>,
+    seg_embed: Floats,
 }
 
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct Model {
     word: layers::Embedding,
     stack: layers::Stack,
     relative: Vec<Relative>,
     /// 1 / 10000^(2i / d_model), in float32 as transformers computes it.
-    inv_freq: Vec<f32>,
+    inv_freq: Floats,
     clamp_len: Option<i64>,
     head_dim: usize,
     /// heads head_dim.
@@ -186,10 +189,10 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
             let bias = |name: &str| values(&a, &[heads, head_dim], name);
             relative.push(Relative {
                 r: layers::Linear::from_torch(transposed(&projection("r")?, h, h), None, h, h)?,
-                r_w_bias: bias("r_w_bias")?,
-                r_r_bias: bias("r_r_bias")?,
-                r_s_bias: bias("r_s_bias")?,
-                seg_embed: values(&a, &[2, heads, head_dim], "seg_embed")?,
+                r_w_bias: bias("r_w_bias")?.into(),
+                r_r_bias: bias("r_r_bias")?.into(),
+                r_s_bias: bias("r_s_bias")?.into(),
+                seg_embed: values(&a, &[2, heads, head_dim], "seg_embed")?.into(),
             });
             let ff = l.pp("ff");
             stack.push(layers::Layer {
@@ -208,13 +211,13 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
         let word = layers::Embedding::from_tensor(&vb.get((cfg.vocab_size, h), "word_embedding.weight")?)?;
         let spec = layers::StackSpec { head_dim, ..layers::StackSpec::post_norm(h, heads, activation) };
         // torch: 1 / pow(10000, arange(0, d_model, 2) / d_model), every step in float32.
-        let inv_freq =
+        let inv_freq: Vec<f32> =
             (0..h).step_by(2).map(|i| 1.0 / 10000f64.powf((i as f32 / h as f32) as f64) as f32).collect();
         Ok(Model {
             word,
             stack: layers::Stack::new(stack, spec)?,
             relative,
-            inv_freq,
+            inv_freq: inv_freq.into(),
             clamp_len: (cfg.clamp_len > 0).then_some(cfg.clamp_len),
             head_dim,
             width: h,
@@ -388,6 +391,9 @@ impl super::Config for Config {
     }
     fn load(&self, vb: VarBuilder) -> Result<Box<dyn super::Model>> {
         Ok(Box::new(load(vb, self)?))
+    }
+    fn restore(&self, prepared: serde_json::Value) -> Result<Box<dyn super::Model>> {
+        super::restore::<Model>(prepared)
     }
 }
 

@@ -9,7 +9,7 @@ use tokenizers::{PostProcessor, TruncationParams};
 
 use super::text::{check_token_ids, load_tokenizer, passes_type_ids, prompt_length, tokenizer_max_length};
 use super::text::{Prompt, Text};
-use super::{known_prompts, Input, Pipeline, PipelineInfo, Stats};
+use super::{known_prompts, Input, Pipeline, PipelineInfo, Share, Sharing, Stats};
 use crate::classifier::{Classifier, HeadConfig};
 use crate::error::{Error, Result};
 use crate::heads::Dense;
@@ -17,6 +17,7 @@ use crate::models::{BackboneConfig, Modality};
 use crate::options::{LongInput, Options};
 use crate::pooling::PoolingMode;
 use crate::processor::ImageProcessor;
+use crate::prepared::{key, Outcome, Store};
 use crate::st::Layout;
 
 impl Pipeline {
@@ -29,6 +30,12 @@ impl Pipeline {
     /// As [`Pipeline::load`], with head files allowed anywhere inside `root`
     /// (pg_embed.model_dir); relative head paths are relative to `dir`.
     pub fn load_within(root: &Path, dir: &Path, options: &Options) -> Result<Self> {
+        Self::load_shared(root, dir, options, None)
+    }
+
+    /// As [`Pipeline::load_within`]; with `share`, the weights come from the model's shared
+    /// prepared file (written first when there is none) instead of private memory.
+    pub fn load_shared(root: &Path, dir: &Path, options: &Options, share: Option<&Share>) -> Result<Self> {
         crate::threads::fix_mmap_threshold();
         let layout = Layout::read(dir)?;
         let bdir = layout.backbone_dir.as_path();
@@ -113,70 +120,16 @@ impl Pipeline {
             )));
         }
 
-        let device = Device::Cpu;
-        let (vb, parameters) = crate::weights::load_weights(bdir, &device)?;
-        let classifier = if classify {
-            let Some(architecture) = head_config.classification_architecture() else {
-                return Err(Error::InvalidOptions(format!(
-                    "task \"classify\" needs a *ForSequenceClassification checkpoint; {} names architectures {:?}",
-                    config_path.display(),
-                    head_config.architectures
-                )));
-            };
-            Some(
-                Classifier::load(
-                    &vb,
-                    architecture,
-                    &head_config,
-                    config.architecture(),
-                    config.hidden_size(),
-                )
-                .map_err(|e| e.in_dir(bdir))?,
-            )
-        } else {
-            None
+        let build = || {
+            build_weights(root, dir, bdir, options, &config, &head_config, &config_path, classify, &pooling, &layout)
         };
-        let backbone = config.load(vb).map_err(|e| e.in_dir(bdir))?;
-        if classifier.as_ref().is_some_and(Classifier::needs_pooler) && backbone.pooler_size().is_none() {
-            return Err(Error::invalid_file(
-                bdir.join("model.safetensors"),
-                "the classifier needs the pooler, which the checkpoint lacks",
-            ));
-        }
-        if pooling.contains(&PoolingMode::Pooler) && backbone.pooler_size().is_none() {
-            return Err(Error::InvalidOptions(format!(
-                "pooling mode \"pooler\" needs the backbone's pooler, and {} has no pooler weights",
-                bdir.join("model.safetensors").display()
-            )));
-        }
-
-        let mut heads = Vec::with_capacity(layout.dense.len());
-        let pooler_size = backbone.pooler_size().unwrap_or(config.hidden_size());
-        let mut dim: usize = pooling
-            .iter()
-            .map(|m| if *m == PoolingMode::Pooler { pooler_size } else { config.hidden_size() })
-            .sum();
-        // A classifier ends in its head: sentence-transformers' Dense modules do not apply.
-        for folder in layout.dense.iter().filter(|_| !classify) {
-            let head = Dense::load(folder)?;
-            if head.in_features != dim {
-                return Err(Error::invalid_file(
-                    folder.join("config.json"),
-                    format!(
-                        "in_features {} does not match the previous stage's output dimension {dim}",
-                        head.in_features
-                    ),
-                ));
-            }
-            dim = head.out_features;
-            heads.push(head);
-        }
-        for (index, spec) in options.heads.iter().flatten().enumerate() {
-            let file = crate::source::resolve_file(root, dir, &spec.path, "head file")?;
-            let head = Dense::from_spec(spec, &file, index, dim)?;
-            dim = head.out_features;
-            heads.push(head);
-        }
+        let (weights, sharing) = match share {
+            None => (build()?, Sharing::default()),
+            Some(share) => shared_weights(share, root, dir, options, &config, build)?,
+        };
+        let Weights { backbone, classifier, heads, parameters } = weights;
+        // The heads' sizes were checked in order when the weights were built.
+        let dim = heads.last().map_or_else(|| pooled_dim(&pooling, backbone.as_ref(), &config), |h| h.out_features);
         let dimensions = match options.dimensions {
             Some(0) => return Err(Error::InvalidOptions("dimensions must be at least 1".into())),
             Some(n) if n > dim => {
@@ -203,7 +156,7 @@ impl Pipeline {
             modality,
             preprocessing: images.as_ref().map(ImageProcessor::describe),
             backbone: config.summary(),
-            parameters: parameters + heads.iter().map(Dense::parameters).sum::<usize>(),
+            parameters,
             pooling: pooling.clone(),
             pooling_from,
             heads: heads.iter().map(Dense::describe).collect(),
@@ -233,8 +186,167 @@ impl Pipeline {
             dimensions,
             normalize_after_truncation,
             info,
+            sharing,
         })
     }
+}
+
+/// The parts of a pipeline that hold weights: what a prepared file shares between processes.
+#[derive(serde::Serialize)]
+pub(crate) struct Weights {
+    backbone: Box<dyn crate::models::Model>,
+    classifier: Option<Classifier>,
+    heads: Vec<Dense>,
+    /// Parameters of the backbone's checkpoint and the heads.
+    parameters: usize,
+}
+
+/// Reads the weights from the model's files: the backbone, the classification head or the
+/// projection heads, each checked against the stage before it.
+#[allow(clippy::too_many_arguments)]
+fn build_weights(
+    root: &Path,
+    dir: &Path,
+    bdir: &Path,
+    options: &Options,
+    config: &BackboneConfig,
+    head_config: &HeadConfig,
+    config_path: &Path,
+    classify: bool,
+    pooling: &[PoolingMode],
+    layout: &Layout,
+) -> Result<Weights> {
+    let device = Device::Cpu;
+    let (vb, parameters) = crate::weights::load_weights(bdir, &device)?;
+    let classifier = if classify {
+        let Some(architecture) = head_config.classification_architecture() else {
+            return Err(Error::InvalidOptions(format!(
+                "task \"classify\" needs a *ForSequenceClassification checkpoint; {} names architectures {:?}",
+                config_path.display(),
+                head_config.architectures
+            )));
+        };
+        Some(
+            Classifier::load(
+                &vb,
+                architecture,
+                head_config,
+                config.architecture(),
+                config.hidden_size(),
+            )
+            .map_err(|e| e.in_dir(bdir))?,
+        )
+    } else {
+        None
+    };
+    let backbone = config.load(vb).map_err(|e| e.in_dir(bdir))?;
+    if classifier.as_ref().is_some_and(Classifier::needs_pooler) && backbone.pooler_size().is_none() {
+        return Err(Error::invalid_file(
+            bdir.join("model.safetensors"),
+            "the classifier needs the pooler, which the checkpoint lacks",
+        ));
+    }
+    if pooling.contains(&PoolingMode::Pooler) && backbone.pooler_size().is_none() {
+        return Err(Error::InvalidOptions(format!(
+            "pooling mode \"pooler\" needs the backbone's pooler, and {} has no pooler weights",
+            bdir.join("model.safetensors").display()
+        )));
+    }
+
+    let mut heads = Vec::with_capacity(layout.dense.len());
+    let mut dim = pooled_dim(pooling, backbone.as_ref(), config);
+    // A classifier ends in its head: sentence-transformers' Dense modules do not apply.
+    for folder in layout.dense.iter().filter(|_| !classify) {
+        let head = Dense::load(folder)?;
+        if head.in_features != dim {
+            return Err(Error::invalid_file(
+                folder.join("config.json"),
+                format!(
+                    "in_features {} does not match the previous stage's output dimension {dim}",
+                    head.in_features
+                ),
+            ));
+        }
+        dim = head.out_features;
+        heads.push(head);
+    }
+    for (index, spec) in options.heads.iter().flatten().enumerate() {
+        let file = crate::source::resolve_file(root, dir, &spec.path, "head file")?;
+        let head = Dense::from_spec(spec, &file, index, dim)?;
+        dim = head.out_features;
+        heads.push(head);
+    }
+    let parameters = parameters + heads.iter().map(Dense::parameters).sum::<usize>();
+    Ok(Weights { backbone, classifier, heads, parameters })
+}
+
+/// The width of the pooling stage's output: each mode's, concatenated.
+fn pooled_dim(pooling: &[PoolingMode], backbone: &dyn crate::models::Model, config: &BackboneConfig) -> usize {
+    let pooler_size = backbone.pooler_size().unwrap_or(config.hidden_size());
+    pooling.iter().map(|m| if *m == PoolingMode::Pooler { pooler_size } else { config.hidden_size() }).sum()
+}
+
+/// The weights mapped from the shared prepared file of this model (built and written first
+/// when there is none): see `crate::prepared`.
+fn shared_weights(
+    share: &Share,
+    root: &Path,
+    dir: &Path,
+    options: &Options,
+    config: &BackboneConfig,
+    build: impl FnOnce() -> Result<Weights>,
+) -> Result<(Weights, Sharing)> {
+    let key = prepared_key(share.store, root, dir, options, share.files)?;
+    match share.store.get_or_build(&key, (share.model, share.source), share.interrupt, build)? {
+        Outcome::Private(weights, why) => {
+            Ok((weights, Sharing { file: None, shared_bytes: 0, built: true, note: Some(why) }))
+        }
+        Outcome::Mapped { file, built, replaced } => {
+            #[derive(serde::Deserialize)]
+            struct Described {
+                backbone: serde_json::Value,
+                classifier: Option<Classifier>,
+                heads: Vec<Dense>,
+                parameters: usize,
+            }
+            let weights = file.restore(|parts| {
+                let d: Described = serde_json::from_value(parts)
+                    .map_err(|e| Error::invalid_file(&file.path, format!("cannot restore the weights: {e}")))?;
+                let backbone = config.restore(d.backbone)?;
+                Ok(Weights { backbone, classifier: d.classifier, heads: d.heads, parameters: d.parameters })
+            })?;
+            let sharing = Sharing {
+                file: Some(file.path.clone()),
+                shared_bytes: file.data_bytes(),
+                built,
+                note: replaced.map(|why| format!("replaced a file that could not be used: {why}")),
+            };
+            Ok((weights, sharing))
+        }
+    }
+}
+
+/// The name of the prepared file of a model folder loaded with `options`: a digest of its
+/// files (`files`, a hub pin's, or computed and remembered in the store), of the head
+/// files the options name, and of the options (see `crate::prepared::key`).
+pub fn prepared_key(
+    store: &Store,
+    root: &Path,
+    dir: &Path,
+    options: &Options,
+    files: Option<&BTreeMap<String, String>>,
+) -> Result<String> {
+    let memo = store.dir().join("digests");
+    let mut all = match files {
+        Some(files) => files.clone(),
+        None => key::dir_digests(&memo, root, dir)?,
+    };
+    for spec in options.heads.iter().flatten() {
+        let file = crate::source::resolve_file(root, dir, &spec.path, "head file")?;
+        all.insert(format!("head:{}", spec.path), key::file_digest(&memo, &file)?);
+    }
+    let options = serde_json::to_value(options).map_err(|e| Error::InvalidOptions(e.to_string()))?;
+    Ok(key::key(&all, &options))
 }
 
 fn parse_pooling(names: &[String]) -> Result<Vec<PoolingMode>> {

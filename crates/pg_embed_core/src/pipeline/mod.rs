@@ -24,6 +24,7 @@ mod tests;
 mod text;
 
 pub use batch::length_batches;
+pub use load::prepared_key;
 use batch::{in_batches, Packed};
 use text::{encode, encode_typed, Encoded, Prompt, Text};
 
@@ -100,6 +101,33 @@ struct Input {
     images: Option<ImageProcessor>,
 }
 
+/// Where a pipeline's weights are shared with other processes (see `crate::prepared`).
+pub struct Share<'a> {
+    pub store: &'a crate::prepared::Store,
+    /// sha256 of the model folder's files by relative path, when known (a hub pin's);
+    /// otherwise computed (and remembered in the store).
+    pub files: Option<&'a BTreeMap<String, String>>,
+    /// Labels written into a new file: the model name and source it was built for.
+    pub model: &'a str,
+    pub source: &'a str,
+    /// Called while waiting for another process that builds the same file; an error ends
+    /// the wait (a cancelled query).
+    pub interrupt: &'a dyn Fn() -> Result<()>,
+}
+
+/// How a pipeline's weights are held: mapped from a shared file, or private.
+#[derive(Debug, Clone, Default)]
+pub struct Sharing {
+    /// The prepared file mapped, if any.
+    pub file: Option<PathBuf>,
+    /// Bytes of weights in the shared mapping.
+    pub shared_bytes: usize,
+    /// Whether this load built the weights from the model's files (and wrote the file).
+    pub built: bool,
+    /// Why the weights are private, or what was replaced.
+    pub note: Option<String>,
+}
+
 pub struct Pipeline {
     input: Input,
     long_input: LongInput,
@@ -114,6 +142,7 @@ pub struct Pipeline {
     dimensions: Option<usize>,
     normalize_after_truncation: bool,
     info: PipelineInfo,
+    sharing: Sharing,
 }
 
 impl Pipeline {
@@ -142,6 +171,11 @@ impl Pipeline {
 
     pub fn stats(&self) -> &Stats {
         &self.stats
+    }
+
+    /// Whether the weights are mapped from a shared prepared file, and which.
+    pub fn sharing(&self) -> &Sharing {
+        &self.sharing
     }
 
     /// Token ids for one input, exactly as sentence-transformers tokenizes it.

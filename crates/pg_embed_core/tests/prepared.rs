@@ -1,0 +1,237 @@
+//! The shared prepared-weights file: every model gives bit for bit the same outputs from
+//! the mapped file (built by this load, or found) as from private memory, and a file that
+//! is damaged, foreign, unwritable or raced for is rebuilt or worked around, never trusted.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use common::*;
+use pg_embed_core::options::Options;
+use pg_embed_core::pipeline::{Pipeline, Share};
+use pg_embed_core::prepared::Store;
+
+const TEXTS: &[&str] = &["a cat sat on the mat", "Hello, world!", "x", "the quick brown fox jumps over the lazy dog"];
+
+fn temp_store(name: &str) -> (PathBuf, Store) {
+    let dir = std::env::temp_dir().join(format!("pg_embed_prepared_{name}_{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let store = Store::open(&dir).unwrap();
+    (dir, store)
+}
+
+/// The repository, canonical (links in the fixtures point inside it).
+fn repo() -> PathBuf {
+    root().canonicalize().unwrap()
+}
+
+fn no_interrupt() -> pg_embed_core::error::Result<()> {
+    Ok(())
+}
+
+fn load_shared(store: &Store, dir: &Path) -> pg_embed_core::error::Result<Pipeline> {
+    let share = Share { store, files: None, model: "m", source: "src", interrupt: &no_interrupt };
+    Pipeline::load_shared(&repo(), &dir.canonicalize().unwrap(), &Options::default(), Some(&share))
+}
+
+/// Everything the pipeline computes for a few inputs: embeddings or logits of texts, of
+/// images for image models.
+fn outputs(p: &Pipeline) -> Vec<Vec<f32>> {
+    let images: Vec<Vec<u8>> = ["exact_32x32.png", "large_300x200.png"]
+        .iter()
+        .map(|n| std::fs::read(root().join("tests/fixtures/images/inputs").join(n)).unwrap())
+        .collect();
+    let images: Vec<&[u8]> = images.iter().map(Vec::as_slice).collect();
+    let mut out = Vec::new();
+    let classify = p.info().task == "classify";
+    if p.modality().takes_text() {
+        if classify {
+            let inputs: Vec<(&str, Option<&str>)> = TEXTS.iter().map(|t| (*t, None)).collect();
+            out.extend(p.classify(&inputs).unwrap());
+        } else {
+            out.extend(p.embed(TEXTS).unwrap());
+        }
+    }
+    if p.modality().takes_images() {
+        if classify {
+            out.extend(p.classify_images(&images, 1 << 24, 4096, 1, || Ok(())).unwrap());
+        } else {
+            out.extend(p.embed_images(&images, 1 << 24, 4096, 1, || Ok(())).unwrap());
+        }
+    }
+    out
+}
+
+/// Every model folder of the fixtures, and the real all-MiniLM-L6-v2.
+fn model_dirs() -> Vec<PathBuf> {
+    let fixtures = root().join("tests/fixtures");
+    let mut dirs = Vec::new();
+    for group in [fixtures.clone(), fixtures.join("backbones"), fixtures.join("classify"), fixtures.join("decoders"), fixtures.join("images")] {
+        for entry in std::fs::read_dir(&group).unwrap() {
+            let path = entry.unwrap().path();
+            if path.join("config.json").exists() || path.join("modules.json").exists() {
+                dirs.push(path);
+            }
+        }
+    }
+    dirs.sort();
+    dirs.push(root().join("models/all-MiniLM-L6-v2"));
+    dirs
+}
+
+#[test]
+fn every_model_gives_the_same_outputs_mapped_as_private() {
+    let (tmp, store) = temp_store("all");
+    let mut checked = 0;
+    for dir in model_dirs() {
+        let name = dir.display().to_string();
+        let private = match Pipeline::load(&dir, &Options::default()) {
+            Ok(p) => p,
+            Err(private_err) => {
+                // A folder that needs options: the shared path refuses it the same way.
+                let shared_err = load_shared(&store, &dir).err().unwrap_or_else(|| panic!("{name} loaded shared only"));
+                assert_eq!(shared_err.to_string(), private_err.to_string(), "{name}");
+                continue;
+            }
+        };
+        assert!(private.sharing().file.is_none(), "{name}");
+        let want = outputs(&private);
+        drop(private);
+        let built = load_shared(&store, &dir).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let found = load_shared(&store, &dir).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let (b, f) = (built.sharing(), found.sharing());
+        assert!(b.built && !f.built, "{name}: the second load maps the first one's file");
+        assert!(b.file.is_some() && b.file == f.file, "{name}: {:?} {:?}", b.file, f.file);
+        assert!(f.shared_bytes > 0 && f.note.is_none(), "{name}: {f:?}");
+        assert_eq!(outputs(&built), want, "{name}: built then mapped");
+        assert_eq!(outputs(&found), want, "{name}: found and mapped");
+        assert_eq!(built.info().parameters, found.info().parameters, "{name}");
+        checked += 1;
+    }
+    assert!(checked >= 50, "only {checked} models checked");
+    println!("{checked} models: mapped outputs equal private ones bit for bit");
+    let _ = std::fs::remove_dir_all(&tmp);
+}
+
+fn bert() -> PathBuf {
+    root().join("tests/fixtures/backbones/bert")
+}
+
+fn the_file(store: &Store) -> PathBuf {
+    let files: Vec<_> = store.list().unwrap().into_iter().filter(|f| f.header.is_some()).collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    files[0].path.clone()
+}
+
+#[test]
+fn damaged_and_foreign_files_are_rebuilt_never_trusted() {
+    let (tmp, store) = temp_store("damaged");
+    let want = outputs(&Pipeline::load(&bert(), &Options::default()).unwrap());
+    drop(load_shared(&store, &bert()).unwrap());
+    let path = the_file(&store);
+    let good = std::fs::read(&path).unwrap();
+
+    // One flipped bit in the weights; a cut file; an empty file; garbage.
+    let mut flipped = good.clone();
+    let last = flipped.len() - 5;
+    flipped[last] ^= 1;
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("a flipped bit", flipped, "checksum"),
+        ("a cut file", good[..good.len() / 2].to_vec(), "sizes"),
+        ("an empty file", Vec::new(), "not a pg_embed prepared file"),
+        ("garbage", vec![7u8; 10_000], "not a pg_embed prepared file"),
+    ];
+    for (what, bytes, why) in cases {
+        // Replaced by rename, as a DBA's copy would be: the file is never changed in place.
+        let tmp_file = tmp.join("replacement");
+        std::fs::write(&tmp_file, &bytes).unwrap();
+        std::fs::rename(&tmp_file, &path).unwrap();
+        let p = load_shared(&store, &bert()).unwrap();
+        let s = p.sharing();
+        assert!(s.built, "{what}: rebuilt");
+        let note = s.note.clone().unwrap_or_default();
+        assert!(note.contains(why), "{what}: {note}");
+        assert_eq!(outputs(&p), want, "{what}");
+        assert_eq!(std::fs::read(&path).unwrap().len(), good.len(), "{what}: a whole file again");
+    }
+
+    // A file of another model under this one's name (its header names another key).
+    let (tmp2, other) = temp_store("damaged_other");
+    drop(load_shared(&other, &root().join("tests/fixtures/backbones/distilbert")).unwrap());
+    std::fs::copy(the_file(&other), tmp.join("foreign")).unwrap();
+    std::fs::rename(tmp.join("foreign"), &path).unwrap();
+    let p = load_shared(&store, &bert()).unwrap();
+    let note = p.sharing().note.clone().unwrap_or_default();
+    assert!(p.sharing().built && note.contains("expected"), "{note}");
+    assert_eq!(outputs(&p), want);
+    let _ = std::fs::remove_dir_all(&tmp);
+    let _ = std::fs::remove_dir_all(&tmp2);
+}
+
+#[test]
+fn an_unwritable_file_leaves_the_weights_private() {
+    let (tmp, store) = temp_store("unwritable");
+    let want = outputs(&Pipeline::load(&bert(), &Options::default()).unwrap());
+    let key = pg_embed_core::pipeline::prepared_key(&store, &repo(), &bert().canonicalize().unwrap(), &Options::default(), None).unwrap();
+    // The temporary name taken by a directory: creating the file fails, as on a full disk.
+    std::fs::create_dir_all(pg_embed_core::prepared::file::temporary_name(&store.path(&key))).unwrap();
+    let p = load_shared(&store, &bert()).unwrap();
+    let s = p.sharing();
+    assert!(s.file.is_none() && s.shared_bytes == 0, "{s:?}");
+    assert!(s.note.as_deref().unwrap_or_default().contains("Is a directory"), "{s:?}");
+    assert_eq!(outputs(&p), want);
+    assert!(!store.path(&key).exists(), "no file under the real name");
+    let _ = std::fs::remove_dir_all(&tmp);
+}
+
+#[test]
+fn concurrent_loads_build_once() {
+    let (tmp, store) = temp_store("concurrent");
+    let dir = root().join("models/all-MiniLM-L6-v2");
+    let results: Vec<(bool, Vec<Vec<f32>>)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                s.spawn(|| {
+                    let p = load_shared(&store, &dir).unwrap();
+                    (p.sharing().built, outputs(&p))
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(results.iter().filter(|(built, _)| *built).count(), 1, "exactly one load built the file");
+    assert!(results.windows(2).all(|w| w[0].1 == w[1].1));
+    let leftovers: Vec<_> = store.list().unwrap().into_iter().filter(|f| f.path.to_string_lossy().contains(".tmp.")).collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    let _ = std::fs::remove_dir_all(&tmp);
+}
+
+#[test]
+fn listing_in_use_and_cleanup() {
+    let (tmp, store) = temp_store("cleanup");
+    let p = load_shared(&store, &bert()).unwrap();
+    let want = outputs(&p);
+    let path = the_file(&store);
+    let info = store.list().unwrap().into_iter().find(|f| f.path == path).unwrap();
+    let header = info.header.clone().unwrap();
+    assert_eq!((header.model.as_str(), header.source.as_str()), ("m", "src"));
+    assert!(info.in_use, "mapped by this process");
+    assert_eq!(info.bytes, std::fs::metadata(&path).unwrap().len());
+
+    // Needed: kept. Not needed: removed, while the mapping that uses it keeps working.
+    let key = header.key.clone();
+    assert!(store.remove_unneeded(&BTreeSet::from([key.clone()])).unwrap().is_empty());
+    assert!(path.exists());
+    let removed = store.remove_unneeded(&BTreeSet::new()).unwrap();
+    assert!(removed.iter().any(|f| f.path == path), "{removed:?}");
+    assert!(!path.exists());
+    assert_eq!(outputs(&p), want, "a removed file stays mapped for its readers");
+    drop(p);
+    let again = load_shared(&store, &bert()).unwrap();
+    assert!(again.sharing().built);
+    drop(again);
+    let info = store.list().unwrap().into_iter().find(|f| f.header.is_some()).unwrap();
+    assert!(!info.in_use, "no longer mapped");
+    let _ = std::fs::remove_dir_all(&tmp);
+}
