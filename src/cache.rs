@@ -3,7 +3,8 @@
 //! a dropped one evicted, whichever session changed the catalog.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
+use std::path::PathBuf;
 use std::rc::Rc;
 
 use crate::catalog;
@@ -11,7 +12,8 @@ use crate::guc;
 use pg_embed_core::error::{Error, Result};
 use pg_embed_core::hub::{self, HubSource, Pin};
 use pg_embed_core::options::Options;
-use pg_embed_core::pipeline::Pipeline;
+use pg_embed_core::pipeline::{Pipeline, Share};
+use pg_embed_core::prepared::{key, FileInfo, Store};
 use pg_embed_core::source;
 
 struct Entry {
@@ -19,6 +21,7 @@ struct Entry {
     pipeline: Rc<Pipeline>,
     load_ms: f64,
     bytes_resident: u64,
+    bytes_private: u64,
 }
 
 /// One model in this backend's cache, as `embed.loaded_models()` shows it.
@@ -30,6 +33,8 @@ pub struct Loaded {
     pub load_ms: f64,
     /// Growth of the backend's resident memory while it loaded.
     pub bytes_resident: u64,
+    /// Growth of its private (anonymous) resident memory while it loaded.
+    pub bytes_private: u64,
 }
 
 thread_local! {
@@ -60,7 +65,7 @@ pub fn get(name: &str) -> Result<(Rc<Pipeline>, catalog::ModelRow)> {
     if let Some(p) = cached {
         return Ok((p, row));
     }
-    let pipeline = load(&row.source, &Options::from_json(&row.options)?, row.pin.as_ref())?;
+    let pipeline = load(name, &row.source, &Options::from_json(&row.options)?, row.pin.as_ref())?;
     Ok((insert(name, row.revision, pipeline), row))
 }
 
@@ -68,7 +73,7 @@ pub fn get(name: &str) -> Result<(Rc<Pipeline>, catalog::ModelRow)> {
 /// with pg_embed.auto_register on: registered as `hf:org/name` with default options.
 fn auto_register(name: &str) -> Result<(Rc<Pipeline>, catalog::ModelRow)> {
     let source = format!("hf:{name}");
-    let fresh = match load(&source, &Options::default(), None) {
+    let fresh = match load(name, &source, &Options::default(), None) {
         Ok(fresh) => fresh,
         Err(Error::NotInHubCache { .. } | Error::InvalidSource { .. }) => {
             return Err(Error::ModelNotRegistered(name.into()))
@@ -89,49 +94,111 @@ pub struct Fresh {
     pub pin: Option<Pin>,
     load_ms: f64,
     bytes_resident: u64,
+    bytes_private: u64,
 }
 
-/// Loads a pipeline from a source: a directory inside pg_embed.model_dir, or `hf:` from the
-/// hub cache (at the pinned commit, its files verified, when `pin` is given).
-pub fn load(source_name: &str, options: &Options, pin: Option<&Pin>) -> Result<Fresh> {
-    let (started, rss) = (std::time::Instant::now(), resident_bytes());
-    let (pipeline, pin) = match HubSource::parse(source_name) {
-        None => {
-            let model_dir = guc::model_dir();
-            let dir = source::resolve(&model_dir, source_name)?;
-            check_size(source_name, &dir)?;
-            (Pipeline::load_within(std::path::Path::new(&model_dir), &dir, options)?, None)
+/// A source resolved to its folder: `root` is what its files must lie inside.
+struct Resolved {
+    root: PathBuf,
+    dir: PathBuf,
+    pin: Option<Pin>,
+}
+
+/// The store of shared prepared-weights files (`pg_embed.cache_dir`), unless sharing is off.
+pub fn store() -> Result<Option<Store>> {
+    guc::cache_dir().map(|dir| Store::open(&dir)).transpose()
+}
+
+/// A source's folder: a directory inside pg_embed.model_dir, or `hf:` from the hub cache
+/// (at the pinned commit, its files verified, when `pin` is given).
+fn resolve(source_name: &str, pin: Option<&Pin>, store: Option<&Store>) -> Result<Resolved> {
+    let Some(parsed) = HubSource::parse(source_name) else {
+        let model_dir = guc::model_dir();
+        let dir = source::resolve(&model_dir, source_name)?;
+        return Ok(Resolved { root: PathBuf::from(model_dir), dir, pin: None });
+    };
+    let mut hub_source = parsed?;
+    if let Some(pin) = pin {
+        hub_source.revision = pin.commit.clone();
+    }
+    let cache = hub::cache_dir(&guc::hf_cache())?;
+    let snapshot = match hub_source.find(&cache) {
+        Err(Error::NotInHubCache { .. }) if guc::allow_download() => hub::download(&cache, &hub_source)?,
+        found => found?,
+    };
+    // The files' digests, remembered in the store when there is one (a file rewritten
+    // since is hashed again).
+    let actual = match store {
+        Some(store) => key::dir_digests(&store.dir().join("digests"), &snapshot.repo_dir, &snapshot.dir)?,
+        None => hub::digests(&snapshot.repo_dir, &snapshot.dir)?,
+    };
+    let files = match pin {
+        Some(pin) => {
+            hub::verify_digests(&snapshot.dir, &actual, &pin.files)?;
+            pin.files.clone()
         }
-        Some(parsed) => {
-            let mut hub_source = parsed?;
-            if let Some(pin) = pin {
-                hub_source.revision = pin.commit.clone();
-            }
-            let cache = hub::cache_dir(&guc::hf_cache())?;
-            let snapshot = match hub_source.find(&cache) {
-                Err(Error::NotInHubCache { .. }) if guc::allow_download() => {
-                    hub::download(&cache, &hub_source)?
-                }
-                found => found?,
-            };
-            let files = match pin {
-                Some(pin) => {
-                    hub::verify(&snapshot.repo_dir, &snapshot.dir, &pin.files)?;
-                    pin.files.clone()
-                }
-                None => hub::digests(&snapshot.repo_dir, &snapshot.dir)?,
-            };
-            check_size(source_name, &snapshot.dir)?;
-            let pipeline = Pipeline::load_within(&snapshot.repo_dir, &snapshot.dir, options)?;
-            (pipeline, Some(Pin { commit: snapshot.commit, files }))
+        None => actual,
+    };
+    let pin = Some(Pin { commit: snapshot.commit, files });
+    Ok(Resolved { root: snapshot.repo_dir, dir: snapshot.dir, pin })
+}
+
+/// Loads a pipeline from a source (see [`resolve`]), its weights mapped from the shared
+/// prepared file (written first if there is none) unless sharing is off. `model` labels a
+/// new file.
+pub fn load(model: &str, source_name: &str, options: &Options, pin: Option<&Pin>) -> Result<Fresh> {
+    let (started, rss, anon) = (std::time::Instant::now(), resident_bytes(), anonymous_bytes());
+    let store = match store() {
+        Ok(store) => store,
+        Err(e) => {
+            pgrx::warning!("pg_embed: weights of model \"{model}\" stay private: {e}");
+            None
         }
     };
+    let r = resolve(source_name, pin, store.as_ref())?;
+    check_size(source_name, &r.dir)?;
+    let interrupt = || -> Result<()> {
+        pgrx::check_for_interrupts!();
+        Ok(())
+    };
+    let share = store.as_ref().map(|store| Share {
+        store,
+        files: r.pin.as_ref().map(|p| &p.files),
+        model,
+        source: source_name,
+        interrupt: &interrupt,
+    });
+    let pipeline = Pipeline::load_shared(&r.root, &r.dir, options, share.as_ref())?;
+    if let Some(note) = pipeline.sharing().note.as_deref() {
+        pgrx::warning!("pg_embed: model \"{model}\": {note}");
+    }
     Ok(Fresh {
         pipeline,
-        pin,
+        pin: r.pin,
         load_ms: started.elapsed().as_secs_f64() * 1e3,
         bytes_resident: resident_bytes().saturating_sub(rss),
+        bytes_private: anonymous_bytes().saturating_sub(anon),
     })
+}
+
+/// The prepared-file key of a registered model as it would load now.
+fn key_of(store: &Store, row: &catalog::ModelRow) -> Result<String> {
+    let r = resolve(&row.source, row.pin.as_ref(), Some(store))?;
+    let options = Options::from_json(&row.options)?;
+    pg_embed_core::pipeline::prepared_key(store, &r.root, &r.dir, &options, r.pin.as_ref().map(|p| &p.files))
+}
+
+/// The keys of the prepared files some registered model needs. A model whose files cannot
+/// be read now needs none.
+pub fn needed_keys(store: &Store) -> Result<BTreeSet<String>> {
+    Ok(catalog::all_rows()?.iter().filter_map(|row| key_of(store, row).ok()).collect())
+}
+
+/// Removes the shared files no registered model needs; what was removed.
+pub fn cleanup() -> Result<Vec<FileInfo>> {
+    let Some(store) = store()? else { return Ok(Vec::new()) };
+    let needed = needed_keys(&store)?;
+    store.remove_unneeded(&needed)
 }
 
 pub fn insert(name: &str, revision: i64, fresh: Fresh) -> Rc<Pipeline> {
@@ -141,6 +208,7 @@ pub fn insert(name: &str, revision: i64, fresh: Fresh) -> Rc<Pipeline> {
         pipeline: pipeline.clone(),
         load_ms: fresh.load_ms,
         bytes_resident: fresh.bytes_resident,
+        bytes_private: fresh.bytes_private,
     };
     CACHE.with_borrow_mut(|c| c.insert(name.to_string(), entry));
     pipeline
@@ -160,6 +228,7 @@ pub fn loaded() -> Vec<Loaded> {
                 pipeline: e.pipeline.clone(),
                 load_ms: e.load_ms,
                 bytes_resident: e.bytes_resident,
+                bytes_private: e.bytes_private,
             })
             .collect()
     });
@@ -185,6 +254,17 @@ fn check_size(source_name: &str, dir: &std::path::Path) -> Result<()> {
         return Err(Error::ModelTooLarge { source_name: source_name.into(), mb, limit_mb });
     }
     Ok(())
+}
+
+/// The process's private resident memory, RssAnon (0 where /proc is not available).
+fn anonymous_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let kb = status
+        .lines()
+        .find_map(|l| l.strip_prefix("RssAnon:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse::<u64>().ok());
+    kb.unwrap_or(0) * 1024
 }
 
 /// The process's resident set size (0 where /proc is not available).

@@ -43,24 +43,52 @@ pub fn lookup(name: &str) -> Result<ModelRow> {
             let (source, options, revision) = row.get_three::<String, JsonB, i64>()?;
             let commit = row.get::<String>(4)?;
             let files = row.get::<JsonB>(5)?;
-            Ok(Some((source, options, revision, commit, files)))
+            Ok::<Option<Columns>, pgrx::spi::SpiError>(Some((source, options, revision, commit, files)))
         })
     })
     .map_err(spi_err)?;
     match row {
-        Some((Some(source), Some(options), Some(revision), commit, files)) => {
-            let pin = match (commit, files) {
-                (Some(commit), Some(files)) => Some(Pin {
-                    commit,
-                    files: serde_json::from_value(files.0)
-                        .map_err(|e| Error::Catalog(format!("file_sha256 of model \"{name}\": {e}")))?,
-                }),
-                _ => None,
-            };
-            Ok(ModelRow { source, options: options.0, revision, pin })
-        }
-        _ => Err(Error::ModelNotRegistered(name.into())),
+        Some(row) => model_row(name, row),
+        None => Err(Error::ModelNotRegistered(name.into())),
     }
+}
+
+type Columns = (Option<String>, Option<JsonB>, Option<i64>, Option<String>, Option<JsonB>);
+
+/// A row of `embed.models` from the columns of [`LOOKUP`].
+fn model_row(name: &str, (source, options, revision, commit, files): Columns) -> Result<ModelRow> {
+    let (Some(source), Some(options), Some(revision)) = (source, options, revision) else {
+        return Err(Error::ModelNotRegistered(name.into()));
+    };
+    let pin = match (commit, files) {
+        (Some(commit), Some(files)) => Some(Pin {
+            commit,
+            files: serde_json::from_value(files.0)
+                .map_err(|e| Error::Catalog(format!("file_sha256 of model \"{name}\": {e}")))?,
+        }),
+        _ => None,
+    };
+    Ok(ModelRow { source, options: options.0, revision, pin })
+}
+
+/// Every registration (rows that do not parse are left out).
+pub fn all_rows() -> Result<Vec<ModelRow>> {
+    let rows = Spi::connect(|client| {
+        let table = client.select(
+            "SELECT name, source, options, revision, resolved_revision, file_sha256 FROM embed.models",
+            None,
+            &[],
+        )?;
+        let mut rows = Vec::new();
+        for row in table {
+            let name = row.get::<String>(1)?.unwrap_or_default();
+            let columns = (row.get(2)?, row.get(3)?, row.get(4)?, row.get(5)?, row.get(6)?);
+            rows.push((name, columns));
+        }
+        Ok::<_, pgrx::spi::SpiError>(rows)
+    })
+    .map_err(spi_err)?;
+    Ok(rows.into_iter().filter_map(|(name, columns)| model_row(&name, columns).ok()).collect())
 }
 
 /// Inserts or replaces a registration; returns its new revision.

@@ -11,6 +11,7 @@ static HF_CACHE: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::ne
 static ALLOW_DOWNLOAD: GucSetting<bool> = GucSetting::<bool>::new(false);
 static AUTO_REGISTER: GucSetting<bool> = GucSetting::<bool>::new(false);
 static PRELOAD: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+static CACHE_DIR: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
 static MAX_MODEL_SIZE: GucSetting<i32> = GucSetting::<i32>::new(4096);
 /// Pillow's `Image.MAX_IMAGE_PIXELS`.
 static MAX_IMAGE_PIXELS: GucSetting<i32> = GucSetting::<i32>::new(89_478_485);
@@ -26,6 +27,14 @@ pub fn register() {
         c"Directory that model sources are resolved in.",
         c"Model sources are directories inside it; paths that leave it (.., absolute paths, symlinks) are refused. Superuser only.",
         &MODEL_DIR,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_string_guc(
+        c"pg_embed.cache_dir",
+        c"Directory of the prepared-weights files every backend maps (default: pg_embed_cache in the data directory; empty: no sharing).",
+        c"The first backend to load a model writes its weights there as the kernels read them; every backend then maps that one file read-only. Relative paths are relative to the data directory. Superuser only.",
+        &CACHE_DIR,
         GucContext::Suset,
         GucFlags::default(),
     );
@@ -150,4 +159,24 @@ pub fn max_batch_tokens() -> usize {
 /// `pg_embed.model_dir`, or "" when unset.
 pub fn model_dir() -> String {
     MODEL_DIR.get().map(|c| c.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+/// `pg_embed.cache_dir` resolved against the data directory: unset is
+/// `$PGDATA/pg_embed_cache`; set to the empty string, `None` (weights stay private).
+pub fn cache_dir() -> Option<std::path::PathBuf> {
+    let data_dir = || {
+        // SAFETY: DataDir is set before any backend runs SQL and never changes after.
+        let dir = unsafe { pgrx::pg_sys::DataDir };
+        if dir.is_null() {
+            std::path::PathBuf::from(".")
+        } else {
+            // SAFETY: a NUL-terminated C string owned by the server.
+            std::path::PathBuf::from(unsafe { std::ffi::CStr::from_ptr(dir) }.to_string_lossy().into_owned())
+        }
+    };
+    match CACHE_DIR.get() {
+        None => Some(data_dir().join("pg_embed_cache")),
+        Some(s) if s.is_empty() => None,
+        Some(s) => Some(data_dir().join(s.to_string_lossy().into_owned())),
+    }
 }

@@ -325,14 +325,23 @@ mod embed {
         let source = required(source, "source").or_raise();
         let options_json = options.map(|o| o.0).ok_or(Error::NullArgument { what: "options" }).or_raise();
         let parsed = Options::from_json(&options_json).or_raise();
-        let fresh = cache::load(source, &parsed, None).or_raise();
+        let fresh = cache::load(name, source, &parsed, None).or_raise();
         let pin = fresh.pin.clone();
         let user = catalog::current_user().or_raise();
         let revision =
             catalog::upsert(name, source, &options_json, fresh.pipeline.info(), pin.as_ref(), &user)
                 .or_raise();
         let pipeline = cache::insert(name, revision, fresh);
+        remove_unneeded_files();
         describe(name, source, revision, pin.as_ref(), &pipeline)
+    }
+
+    /// Removes the shared weight files no registration needs any more (a dropped or
+    /// re-registered model's); a failure is a warning, never the caller's error.
+    fn remove_unneeded_files() {
+        if let Err(e) = cache::cleanup() {
+            pgrx::warning!("pg_embed: shared weight files were not cleaned up: {e}");
+        }
     }
 
     /// Removes a registration. Rows embedded with it keep their vectors.
@@ -344,6 +353,7 @@ mod embed {
             raise(Error::ModelNotRegistered(name.into()));
         }
         cache::evict(name);
+        remove_unneeded_files();
     }
 
     /// The resolved pipeline of a registered model: architecture, pooling, heads,
@@ -365,6 +375,9 @@ mod embed {
             name!(dim, i32),
             name!(parameters, i64),
             name!(bytes_resident, i64),
+            name!(bytes_shared, i64),
+            name!(bytes_private, i64),
+            name!(shared_file, Option<String>),
             name!(load_ms, f64),
             name!(calls, i64),
             name!(inputs, i64),
@@ -386,6 +399,9 @@ mod embed {
                     info.dim as i32,
                     info.parameters as i64,
                     m.bytes_resident as i64,
+                    m.pipeline.sharing().shared_bytes as i64,
+                    m.bytes_private as i64,
+                    m.pipeline.sharing().file.as_ref().map(|f| f.display().to_string()),
                     m.load_ms,
                     count(&stats.calls),
                     count(&stats.inputs),
@@ -398,6 +414,69 @@ mod embed {
             })
             .collect();
         TableIterator::new(rows)
+    }
+
+    /// The shared prepared-weights files of `pg_embed.cache_dir`: the model and source each
+    /// was built for, its size, when it was written, whether some backend maps it now and
+    /// whether a registered model needs it. Temporary files of a write in progress (or of
+    /// one that died) are listed with no model.
+    #[pg_extern(volatile, parallel_restricted)]
+    fn cache_files() -> TableIterator<
+        'static,
+        (
+            name!(file, String),
+            name!(model, Option<String>),
+            name!(source, Option<String>),
+            name!(bytes, i64),
+            name!(created, Option<pgrx::datum::TimestampWithTimeZone>),
+            name!(in_use, bool),
+            name!(needed, bool),
+        ),
+    > {
+        require_admin("list the shared weight files").or_raise();
+        let Some(store) = cache::store().or_raise() else { return TableIterator::new(Vec::new()) };
+        let needed = cache::needed_keys(&store).or_raise();
+        let rows: Vec<_> = store
+            .list()
+            .or_raise()
+            .into_iter()
+            .filter(|f| !f.path.extension().is_some_and(|e| e == "lock"))
+            .map(|f| {
+                let header = f.header.clone();
+                (
+                    f.path.display().to_string(),
+                    header.as_ref().map(|h| h.model.clone()),
+                    header.as_ref().map(|h| h.source.clone()),
+                    f.bytes as i64,
+                    header.as_ref().and_then(|h| timestamp(h.created)),
+                    f.in_use,
+                    f.key().is_some_and(|k| needed.contains(k)),
+                )
+            })
+            .collect();
+        TableIterator::new(rows)
+    }
+
+    /// Removes the shared weight files no registered model needs (and temporary files no
+    /// backend is writing); returns what it removed. Backends that still map a removed
+    /// file keep using it until they reload.
+    #[pg_extern(volatile, parallel_unsafe)]
+    fn cache_cleanup() -> TableIterator<'static, (name!(file, String), name!(model, Option<String>), name!(bytes, i64))> {
+        require_admin("clean up the shared weight files").or_raise();
+        let removed = cache::cleanup().or_raise();
+        TableIterator::new(
+            removed
+                .into_iter()
+                .map(|f| (f.path.display().to_string(), f.header.map(|h| h.model), f.bytes as i64))
+                .collect::<Vec<_>>(),
+        )
+    }
+
+    /// Seconds since the Unix epoch as a timestamptz.
+    fn timestamp(unix: u64) -> Option<pgrx::datum::TimestampWithTimeZone> {
+        const POSTGRES_EPOCH: i64 = 946_684_800;
+        let micros = (i64::try_from(unix).ok()? - POSTGRES_EPOCH).checked_mul(1_000_000)?;
+        pgrx::datum::TimestampWithTimeZone::try_from(micros).ok()
     }
 
     /// Drops `name` (all models when NULL) from this backend's cache; returns how many were

@@ -554,4 +554,133 @@ mod tests {
             Spi::get_one::<Vec<f32>>("SELECT embed('tiny', repeat('word é🎉 ', 1000))").unwrap().unwrap();
         assert_eq!(long, short, "only the first max_length tokens count");
     }
+
+    // ---- shared prepared weights --------------------------------------------------------
+
+    /// A cache directory of this test's own for the rest of its transaction (other tests
+    /// running at the same time clean up the default one).
+    fn own_cache_dir(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("pg_embed_cache_test_{name}_{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        Spi::run(&format!("SET LOCAL pg_embed.cache_dir = '{}'", dir.display())).unwrap();
+        dir
+    }
+
+    fn shared_file(name: &str) -> Option<String> {
+        Spi::get_one_with_args::<String>(
+            "SELECT shared_file FROM embed.loaded_models() WHERE name = $1",
+            &[name.into()],
+        )
+        .unwrap()
+    }
+
+    /// (file, model, in_use, needed) of every file embed.cache_files() lists.
+    fn cache_files() -> Vec<(String, Option<String>, bool, bool)> {
+        Spi::connect(|c| {
+            c.select("SELECT file, model, in_use, needed FROM embed.cache_files() ORDER BY file", None, &[])
+                .unwrap()
+                .map(|r| {
+                    (
+                        r.get::<String>(1).unwrap().unwrap(),
+                        r.get::<String>(2).unwrap(),
+                        r.get::<bool>(3).unwrap().unwrap(),
+                        r.get::<bool>(4).unwrap().unwrap(),
+                    )
+                })
+                .collect()
+        })
+    }
+
+    /// The weights come from one file of the cache directory, mapped: loaded_models shows
+    /// them as shared bytes, cache_files lists the file as in use and needed, and dropping
+    /// the model removes it.
+    #[pg_test]
+    fn weights_are_mapped_from_one_shared_file() {
+        let dir = own_cache_dir("shared");
+        register("shared_m");
+        let want = embed_sql("shared_m", "a shared vector");
+        let file = shared_file("shared_m").expect("mapped from a file");
+        assert!(file.starts_with(&dir.display().to_string()) && file.ends_with(".weights"), "{file}");
+        let shared = loaded("shared_m", "bytes_shared").unwrap();
+        assert!((85_000_000..100_000_000).contains(&shared), "all-MiniLM-L6-v2's weights: {shared}");
+        assert!(loaded("shared_m", "bytes_private").unwrap() < shared / 2);
+        assert_eq!(cache_files(), vec![(file.clone(), Some("shared_m".into()), true, true)]);
+
+        // A fresh load in this backend maps the same file and gives the same vector.
+        Spi::run("SELECT embed.unload('shared_m')").unwrap();
+        assert_eq!(embed_sql("shared_m", "a shared vector"), want);
+        assert_eq!(shared_file("shared_m").as_deref(), Some(file.as_str()));
+
+        Spi::run("SELECT embed.drop_model('shared_m')").unwrap();
+        assert!(cache_files().is_empty(), "dropped with its model");
+        assert!(!std::path::Path::new(&file).exists());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Re-registering with options that change the weights leaves one file: the new one.
+    #[pg_test]
+    fn reregistration_replaces_the_file() {
+        let dir = own_cache_dir("rereg");
+        use_fixtures();
+        register_with("rereg", "pool_mean", "{}");
+        embed_sql("rereg", "x");
+        let first = shared_file("rereg").unwrap();
+        register_with("rereg", "pool_cls", "{}");
+        embed_sql("rereg", "x");
+        let second = shared_file("rereg").unwrap();
+        assert_ne!(first, second);
+        let files: Vec<String> = cache_files().into_iter().map(|f| f.0).collect();
+        assert_eq!(files, vec![second]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// cache_cleanup removes what no model needs (a foreign file, a temporary file whose
+    /// writer is gone) and keeps what one does.
+    #[pg_test]
+    fn cache_cleanup_removes_unneeded_files() {
+        let dir = own_cache_dir("cleanup");
+        use_fixtures();
+        register_with("kept", "pool_mean", "{}");
+        let kept = shared_file("kept").unwrap();
+        let junk = dir.join("0123abcd.weights");
+        let tmp = dir.join("4567cdef.weights.tmp.999999999");
+        std::fs::write(&junk, b"not weights").unwrap();
+        std::fs::write(&tmp, b"half a file").unwrap();
+        let listed = cache_files();
+        assert!(listed.contains(&(junk.display().to_string(), None, false, false)), "{listed:?}");
+        let removed: Vec<String> = Spi::connect(|c| {
+            c.select("SELECT file FROM embed.cache_cleanup() ORDER BY file", None, &[])
+                .unwrap()
+                .map(|r| r.get::<String>(1).unwrap().unwrap())
+                .collect()
+        });
+        assert_eq!(removed, vec![junk.display().to_string(), tmp.display().to_string()]);
+        assert_eq!(cache_files(), vec![(kept, Some("kept".into()), true, true)]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// With pg_embed.cache_dir set to '' the weights stay in the backend's own memory.
+    #[pg_test]
+    fn an_empty_cache_dir_keeps_weights_private() {
+        Spi::run("SET LOCAL pg_embed.cache_dir = ''").unwrap();
+        use_fixtures();
+        register_with("private", "pool_mean", "{}");
+        assert_eq!(shared_file("private"), None);
+        assert_eq!(loaded("private", "bytes_shared"), Some(0));
+        assert!(cache_files().is_empty());
+    }
+
+    #[pg_test(error = "permission denied to clean up the shared weight files")]
+    fn cache_cleanup_needs_an_admin() {
+        Spi::run("CREATE ROLE embed_test_cleanup").unwrap();
+        Spi::run("SET ROLE embed_test_cleanup").unwrap();
+        Spi::run("SELECT * FROM embed.cache_cleanup()").unwrap();
+    }
+
+    #[pg_test(error = "permission denied to list the shared weight files")]
+    fn cache_files_needs_an_admin() {
+        Spi::run("CREATE ROLE embed_test_files").unwrap();
+        Spi::run("SET ROLE embed_test_files").unwrap();
+        Spi::run("SELECT * FROM embed.cache_files()").unwrap();
+    }
 }

@@ -185,7 +185,12 @@ pub fn digests(root: &Path, dir: &Path) -> Result<BTreeMap<String, String>> {
 /// Checks the files under `dir` against the digests recorded at registration: a changed,
 /// missing or added file is an error.
 pub fn verify(root: &Path, dir: &Path, expected: &BTreeMap<String, String>) -> Result<()> {
-    let actual = digests(root, dir)?;
+    verify_digests(dir, &digests(root, dir)?, expected)
+}
+
+/// As [`verify`], with the files' digests already computed (`actual`, by path relative to
+/// `dir`).
+pub fn verify_digests(dir: &Path, actual: &BTreeMap<String, String>, expected: &BTreeMap<String, String>) -> Result<()> {
     for (name, want) in expected {
         match actual.get(name) {
             None => return Err(Error::MissingFile { path: dir.join(name) }),

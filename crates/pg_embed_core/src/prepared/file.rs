@@ -69,8 +69,9 @@ struct Described {
 }
 
 /// Writes `parts` (and `header`) as a prepared file at `path`, through a temporary file in
-/// the same directory that is synced and renamed over `path`. Returns the file's size.
-pub fn write<P: Serialize>(path: &Path, header: &Header, parts: &P) -> Result<u64> {
+/// the same directory that is synced, mapped and checked (against `expect`), then renamed
+/// over `path`. Returns the mapping, which stays valid whatever later happens to the name.
+pub fn write<P: Serialize>(path: &Path, header: &Header, parts: &P, expect: &Expect) -> Result<Mapped> {
     let (json, collector) = buffer::collecting(|| serde_json::to_vec(&Describe { header, parts }));
     let json = json.map_err(|e| Error::invalid_file(path, format!("cannot describe the prepared weights: {e}")))?;
     let data_start = (FIXED + json.len()).next_multiple_of(PAGE);
@@ -111,18 +112,21 @@ pub fn write<P: Serialize>(path: &Path, header: &Header, parts: &P) -> Result<u6
         }
         out.flush()?;
         drop(out);
-        file.sync_all()?;
-        std::fs::rename(&tmp, path)?;
-        if let Some(dir) = path.parent() {
-            File::open(dir)?.sync_all()?;
-        }
-        Ok(())
+        file.sync_all()
     })();
-    if let Err(e) = written {
+    let mapped = written.map_err(|e| Error::io(path, e)).and_then(|()| Mapped::open(&tmp, expect));
+    let renamed = mapped.and_then(|mut mapped| {
+        std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e))?;
+        if let Some(dir) = path.parent() {
+            File::open(dir).and_then(|d| d.sync_all()).map_err(|e| Error::io(dir, e))?;
+        }
+        mapped.path = path.to_path_buf();
+        Ok(mapped)
+    });
+    if renamed.is_err() {
         let _ = std::fs::remove_file(&tmp);
-        return Err(Error::io(path, e));
     }
-    Ok((data_start + data_len) as u64)
+    renamed
 }
 
 /// `<path>.tmp.<pid>`: where a file is written before it is renamed into place.

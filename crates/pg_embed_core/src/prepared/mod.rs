@@ -139,13 +139,10 @@ impl Store {
             source: label.1.into(),
             created: now(),
         };
-        if let Err(e) = file::write(&path, &header, &parts) {
-            return Ok(Outcome::Private(parts, e.to_string()));
+        match file::write(&path, &header, &parts, &expect) {
+            Ok(file) => Ok(Outcome::Mapped { file, built: true, replaced }),
+            Err(e) => Ok(Outcome::Private(parts, e.to_string())),
         }
-        drop(parts);
-        let file = Mapped::open(&path, &expect)?;
-        drop(lock);
-        Ok(Outcome::Mapped { file, built: true, replaced })
     }
 
     /// Every prepared file, temporary file and lock file of the directory, by name.
