@@ -29,7 +29,10 @@ bench_venv "$BENCH_VENV"
 
 # first_call MODEL SETTING: ms of a fresh backend's first embed() (load included).
 first_call() {
-    q -At -c "$2" -c "\\timing on" -c "SELECT array_length(embed('$1', 'first load'), 1)" | sed -n 's/^Time: \([0-9.]*\) ms$/\1/p' | tail -1
+    local wait=""
+    [ -n "${3:-}" ] && wait="$(wait_mapped_sql "$1")"
+    q -At -c "$2" -c "\\timing on" -c "SELECT array_length(embed('$1', 'first load'), 1)" -c "\\timing off" -c "$wait SELECT 1" |
+        sed -n 's/^Time: \([0-9.]*\) ms$/\1/p' | head -1
 }
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
@@ -43,7 +46,8 @@ for pair in "minilm:all-MiniLM-L6-v2" "bert_base:bench-bert-base-shape"; do
         # No prepared file: the next backend builds and writes it (removing it is safe:
         # backends that map it keep their mapping).
         q1 "SELECT file FROM embed.cache_files() WHERE needed" | xargs -r rm -f
-        built+="$(first_call "$name" "SET client_min_messages = warning") "
+        # (The session stays until its backend maps the file it wrote.)
+        built+="$(first_call "$name" "SET client_min_messages = warning" wait) "
         mapped+="$(first_call "$name" "SET client_min_messages = warning") "
     done
     info "first load in the server, private copy (cache_dir ''): $private ms (median $(median <<<"$private"))"

@@ -22,6 +22,8 @@ struct Entry {
     load_ms: f64,
     bytes_resident: u64,
     bytes_private: u64,
+    /// Whether a failure to write the shared file was reported.
+    write_reported: bool,
 }
 
 /// One model in this backend's cache, as `embed.loaded_models()` shows it.
@@ -54,19 +56,38 @@ pub fn get(name: &str) -> Result<(Rc<Pipeline>, catalog::ModelRow)> {
         }
     };
     // A stale entry is dropped before the reload, so two copies never coexist.
-    let cached = CACHE.with_borrow_mut(|c| match c.get(name) {
-        Some(e) if e.revision == row.revision => Some(e.pipeline.clone()),
+    let cached = CACHE.with_borrow_mut(|c| match c.get_mut(name) {
+        Some(e) if e.revision == row.revision => {
+            // This backend built the weights: once their shared file is written it maps the
+            // file instead (the private copy is freed); if the file could not be written,
+            // it says why, once, and keeps its copy.
+            let written = e.pipeline.sharing().writing.as_ref().and_then(|w| w.result());
+            match written {
+                Some(Ok(_)) => Some(Err(c.remove(name).map(|e| e.pipeline))),
+                Some(Err(why)) if !e.write_reported => {
+                    e.write_reported = true;
+                    pgrx::warning!("pg_embed: the weights of model \"{name}\" stay private in this backend: {why}");
+                    Some(Ok(e.pipeline.clone()))
+                }
+                _ => Some(Ok(e.pipeline.clone())),
+            }
+        }
         Some(_) => {
             c.remove(name);
             None
         }
         None => None,
     });
-    if let Some(p) = cached {
-        return Ok((p, row));
+    let carried = match cached {
+        Some(Ok(p)) => return Ok((p, row)),
+        Some(Err(built)) => built,
+        None => None,
+    };
+    let fresh = load(name, &row.source, &Options::from_json(&row.options)?, row.pin.as_ref())?;
+    if let Some(old) = carried {
+        fresh.pipeline.carry_stats(&old);
     }
-    let pipeline = load(name, &row.source, &Options::from_json(&row.options)?, row.pin.as_ref())?;
-    Ok((insert(name, row.revision, pipeline), row))
+    Ok((insert(name, row.revision, fresh), row))
 }
 
 /// `embed('org/name', ...)` for a model that is not registered but is in the hub cache,
@@ -181,6 +202,22 @@ pub fn load(model: &str, source_name: &str, options: &Options, pin: Option<&Pin>
     })
 }
 
+/// Waits (cancellably) until the shared file `fresh` is writing is in place; a write that
+/// failed is a WARNING (the weights stay private).
+pub fn wait_written(model: &str, fresh: &Fresh) {
+    let Some(writing) = fresh.pipeline.sharing().writing.as_ref() else { return };
+    let result = loop {
+        if let Some(r) = writing.result() {
+            break r;
+        }
+        pgrx::check_for_interrupts!();
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    if let Err(why) = result {
+        pgrx::warning!("pg_embed: the weights of model \"{model}\" stay private in this backend: {why}");
+    }
+}
+
 /// The prepared-file key of a registered model as it would load now.
 fn key_of(store: &Store, row: &catalog::ModelRow) -> Result<String> {
     let r = resolve(&row.source, row.pin.as_ref(), Some(store))?;
@@ -209,6 +246,7 @@ pub fn insert(name: &str, revision: i64, fresh: Fresh) -> Rc<Pipeline> {
         load_ms: fresh.load_ms,
         bytes_resident: fresh.bytes_resident,
         bytes_private: fresh.bytes_private,
+        write_reported: false,
     };
     CACHE.with_borrow_mut(|c| c.insert(name.to_string(), entry));
     pipeline

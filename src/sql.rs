@@ -326,6 +326,8 @@ mod embed {
         let options_json = options.map(|o| o.0).ok_or(Error::NullArgument { what: "options" }).or_raise();
         let parsed = Options::from_json(&options_json).or_raise();
         let fresh = cache::load(name, source, &parsed, None).or_raise();
+        // The shared file is in place when registration returns.
+        cache::wait_written(name, &fresh);
         let pin = fresh.pin.clone();
         let user = catalog::current_user().or_raise();
         let revision =

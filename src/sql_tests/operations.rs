@@ -574,6 +574,19 @@ mod tests {
         .unwrap()
     }
 
+    /// The shared file `name` is mapped from in this backend: a backend that built the
+    /// weights maps the file on its first call after the file is written.
+    fn mapped(name: &str) -> String {
+        for _ in 0..1000 {
+            embed_sql(name, "x");
+            if let Some(file) = shared_file(name) {
+                return file;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        panic!("model {name} is not mapped from a shared file");
+    }
+
     /// (file, model, in_use, needed) of every file embed.cache_files() lists.
     fn cache_files() -> Vec<(String, Option<String>, bool, bool)> {
         Spi::connect(|c| {
@@ -599,7 +612,8 @@ mod tests {
         let dir = own_cache_dir("shared");
         register("shared_m");
         let want = embed_sql("shared_m", "a shared vector");
-        let file = shared_file("shared_m").expect("mapped from a file");
+        let file = mapped("shared_m");
+        assert_eq!(embed_sql("shared_m", "a shared vector"), want, "the same vector mapped");
         assert!(file.starts_with(&dir.display().to_string()) && file.ends_with(".weights"), "{file}");
         let shared = loaded("shared_m", "bytes_shared").unwrap();
         assert!((85_000_000..100_000_000).contains(&shared), "all-MiniLM-L6-v2's weights: {shared}");
@@ -623,11 +637,9 @@ mod tests {
         let dir = own_cache_dir("rereg");
         use_fixtures();
         register_with("rereg", "pool_mean", "{}");
-        embed_sql("rereg", "x");
-        let first = shared_file("rereg").unwrap();
+        let first = mapped("rereg");
         register_with("rereg", "pool_cls", "{}");
-        embed_sql("rereg", "x");
-        let second = shared_file("rereg").unwrap();
+        let second = mapped("rereg");
         assert_ne!(first, second);
         let files: Vec<String> = cache_files().into_iter().map(|f| f.0).collect();
         assert_eq!(files, vec![second]);
@@ -641,7 +653,7 @@ mod tests {
         let dir = own_cache_dir("cleanup");
         use_fixtures();
         register_with("kept", "pool_mean", "{}");
-        let kept = shared_file("kept").unwrap();
+        let kept = mapped("kept");
         let junk = dir.join("0123abcd.weights");
         let tmp = dir.join("4567cdef.weights.tmp.999999999");
         std::fs::write(&junk, b"not weights").unwrap();

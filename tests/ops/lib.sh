@@ -84,3 +84,17 @@ ops_workdir() {
     if is_root; then chown "$PG_USER:" "$d"; fi
     echo "$d"
 }
+
+# SQL that embeds with model $1 until this backend maps it from the shared prepared file (a
+# backend that built the weights maps the file on its first call after the file is written).
+wait_mapped_sql() {
+    cat <<SQL
+DO \$\$ BEGIN
+  FOR i IN 1..1000 LOOP
+    PERFORM embed('$1', 'wait for the shared file ' || i);
+    EXIT WHEN (SELECT shared_file IS NOT NULL FROM embed.loaded_models() WHERE name = '$1');
+    PERFORM pg_sleep(0.01);
+  END LOOP;
+END \$\$;
+SQL
+}

@@ -62,8 +62,11 @@ pid_of() { sed -n 's/^pid //p' "$work/out.$1"; }
 # The time psql reports for the statement whose output starts with MARKER in session i.
 time_ms() { awk -v m="$2" 'index($0, m) == 1 { f = 1; next } f && /^Time: / { print $2; exit }' "$work/out.$1"; }
 
-# Make sure the file exists (in shared mode): one load in a session of its own.
-q -At -c "$setting SELECT array_length(embed(:'model', 'warm the file'), 1)" >/dev/null
+# Make sure the file exists (in shared mode): one load in a session of its own, which stays
+# until it maps the file.
+if [ "$MODE" = shared ]; then
+    q -At -c "$(wait_mapped_sql "$MODEL")" >/dev/null
+fi
 
 declare -a before after anon first steady files vectors
 measure() {

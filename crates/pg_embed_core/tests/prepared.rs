@@ -35,6 +35,18 @@ fn load_shared(store: &Store, dir: &Path) -> pg_embed_core::error::Result<Pipeli
     Pipeline::load_shared(&repo(), &dir.canonicalize().unwrap(), &Options::default(), Some(&share))
 }
 
+/// As `load_shared`, then waits for the file this load writes (if it built the weights):
+/// the file's path, or why it could not be written.
+fn load_and_write(store: &Store, dir: &Path) -> (Pipeline, Result<PathBuf, String>) {
+    let p = load_shared(store, dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let written = match (&p.sharing().writing, &p.sharing().file) {
+        (Some(w), _) => w.wait().clone(),
+        (None, Some(f)) => Ok(f.clone()),
+        (None, None) => Err("neither mapped nor written".into()),
+    };
+    (p, written)
+}
+
 /// Everything the pipeline computes for a few inputs: embeddings or logits of texts, of
 /// images for image models.
 fn outputs(p: &Pipeline) -> Vec<Vec<f32>> {
@@ -98,14 +110,14 @@ fn every_model_gives_the_same_outputs_mapped_as_private() {
         assert!(private.sharing().file.is_none(), "{name}");
         let want = outputs(&private);
         drop(private);
-        let built = load_shared(&store, &dir).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let (built, written) = load_and_write(&store, &dir);
         let found = load_shared(&store, &dir).unwrap_or_else(|e| panic!("{name}: {e}"));
         let (b, f) = (built.sharing(), found.sharing());
         assert!(b.built && !f.built, "{name}: the second load maps the first one's file");
-        assert!(b.file.is_some() && b.file == f.file, "{name}: {:?} {:?}", b.file, f.file);
+        assert_eq!(f.file.as_ref(), Some(&written.unwrap()), "{name}");
         assert!(f.shared_bytes > 0 && f.note.is_none(), "{name}: {f:?}");
-        assert_eq!(outputs(&built), want, "{name}: built then mapped");
-        assert_eq!(outputs(&found), want, "{name}: found and mapped");
+        assert_eq!(outputs(&built), want, "{name}: built (private while written)");
+        assert_eq!(outputs(&found), want, "{name}: mapped");
         assert_eq!(built.info().parameters, found.info().parameters, "{name}");
         checked += 1;
     }
@@ -128,8 +140,8 @@ fn the_file(store: &Store) -> PathBuf {
 fn damaged_and_foreign_files_are_rebuilt_never_trusted() {
     let (tmp, store) = temp_store("damaged");
     let want = outputs(&Pipeline::load(&bert(), &Options::default()).unwrap());
-    drop(load_shared(&store, &bert()).unwrap());
-    let path = the_file(&store);
+    let path = load_and_write(&store, &bert()).1.unwrap();
+    assert_eq!(path, the_file(&store));
     let good = std::fs::read(&path).unwrap();
 
     // One flipped bit in the weights; a cut file; an empty file; garbage.
@@ -147,21 +159,23 @@ fn damaged_and_foreign_files_are_rebuilt_never_trusted() {
         let tmp_file = tmp.join("replacement");
         std::fs::write(&tmp_file, &bytes).unwrap();
         std::fs::rename(&tmp_file, &path).unwrap();
-        let p = load_shared(&store, &bert()).unwrap();
+        let (p, written) = load_and_write(&store, &bert());
         let s = p.sharing();
         assert!(s.built, "{what}: rebuilt");
         let note = s.note.clone().unwrap_or_default();
         assert!(note.contains(why), "{what}: {note}");
         assert_eq!(outputs(&p), want, "{what}");
+        assert_eq!(written.unwrap(), path);
+        assert_eq!(outputs(&load_shared(&store, &bert()).unwrap()), want, "{what}: mapped again");
         assert_eq!(std::fs::read(&path).unwrap().len(), good.len(), "{what}: a whole file again");
     }
 
     // A file of another model under this one's name (its header names another key).
     let (tmp2, other) = temp_store("damaged_other");
-    drop(load_shared(&other, &root().join("tests/fixtures/backbones/distilbert")).unwrap());
-    std::fs::copy(the_file(&other), tmp.join("foreign")).unwrap();
+    let theirs = load_and_write(&other, &root().join("tests/fixtures/backbones/distilbert")).1.unwrap();
+    std::fs::copy(theirs, tmp.join("foreign")).unwrap();
     std::fs::rename(tmp.join("foreign"), &path).unwrap();
-    let p = load_shared(&store, &bert()).unwrap();
+    let (p, _) = load_and_write(&store, &bert());
     let note = p.sharing().note.clone().unwrap_or_default();
     assert!(p.sharing().built && note.contains("expected"), "{note}");
     assert_eq!(outputs(&p), want);
@@ -176,10 +190,11 @@ fn an_unwritable_file_leaves_the_weights_private() {
     let key = pg_embed_core::pipeline::prepared_key(&store, &repo(), &bert().canonicalize().unwrap(), &Options::default(), None).unwrap();
     // The temporary name taken by a directory: creating the file fails, as on a full disk.
     std::fs::create_dir_all(pg_embed_core::prepared::file::temporary_name(&store.path(&key))).unwrap();
-    let p = load_shared(&store, &bert()).unwrap();
+    let (p, written) = load_and_write(&store, &bert());
     let s = p.sharing();
     assert!(s.file.is_none() && s.shared_bytes == 0, "{s:?}");
-    assert!(s.note.as_deref().unwrap_or_default().contains("Is a directory"), "{s:?}");
+    let why = written.unwrap_err();
+    assert!(why.contains("Is a directory"), "{why}");
     assert_eq!(outputs(&p), want);
     assert!(!store.path(&key).exists(), "no file under the real name");
     let _ = std::fs::remove_dir_all(&tmp);
@@ -189,11 +204,15 @@ fn an_unwritable_file_leaves_the_weights_private() {
 fn concurrent_loads_build_once() {
     let (tmp, store) = temp_store("concurrent");
     let dir = root().join("models/all-MiniLM-L6-v2");
+    // The files' digests remembered first (as after any earlier load): the key is known
+    // at once, so the loads meet at the build lock.
+    pg_embed_core::pipeline::prepared_key(&store, &repo(), &dir.canonicalize().unwrap(), &Options::default(), None).unwrap();
     let results: Vec<(bool, Vec<Vec<f32>>)> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..4)
             .map(|_| {
                 s.spawn(|| {
-                    let p = load_shared(&store, &dir).unwrap();
+                    let (p, written) = load_and_write(&store, &dir);
+                    assert!(written.is_ok(), "{written:?}");
                     (p.sharing().built, outputs(&p))
                 })
             })
@@ -210,7 +229,9 @@ fn concurrent_loads_build_once() {
 #[test]
 fn listing_in_use_and_cleanup() {
     let (tmp, store) = temp_store("cleanup");
+    drop(load_and_write(&store, &bert()));
     let p = load_shared(&store, &bert()).unwrap();
+    assert!(!p.sharing().built);
     let want = outputs(&p);
     let path = the_file(&store);
     let info = store.list().unwrap().into_iter().find(|f| f.path == path).unwrap();
@@ -228,8 +249,8 @@ fn listing_in_use_and_cleanup() {
     assert!(!path.exists());
     assert_eq!(outputs(&p), want, "a removed file stays mapped for its readers");
     drop(p);
-    let again = load_shared(&store, &bert()).unwrap();
-    assert!(again.sharing().built);
+    let (again, written) = load_and_write(&store, &bert());
+    assert!(again.sharing().built && written.is_ok());
     drop(again);
     let info = store.list().unwrap().into_iter().find(|f| f.header.is_some()).unwrap();
     assert!(!info.in_use, "no longer mapped");

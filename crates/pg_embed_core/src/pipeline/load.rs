@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 
 use candle_core::Device;
 use tokenizers::{PostProcessor, TruncationParams};
@@ -17,7 +18,7 @@ use crate::models::{BackboneConfig, Modality};
 use crate::options::{LongInput, Options};
 use crate::pooling::PoolingMode;
 use crate::processor::ImageProcessor;
-use crate::prepared::{key, Outcome, Store};
+use crate::prepared::{key, KeyOf, Outcome, Store};
 use crate::st::Layout;
 
 impl Pipeline {
@@ -124,12 +125,14 @@ impl Pipeline {
             build_weights(root, dir, bdir, options, &config, &head_config, &config_path, classify, &pooling, &layout)
         };
         let (weights, sharing) = match share {
-            None => (build()?, Sharing::default()),
+            None => (Arc::new(build()?), Sharing::default()),
             Some(share) => shared_weights(share, root, dir, options, &config, build)?,
         };
-        let Weights { backbone, classifier, heads, parameters } = weights;
+        let Weights { backbone, classifier, heads, parameters } = &*weights;
+        let parameters = *parameters;
         // The heads' sizes were checked in order when the weights were built.
         let dim = heads.last().map_or_else(|| pooled_dim(&pooling, backbone.as_ref(), &config), |h| h.out_features);
+        let classifier = classifier.as_ref();
         let dimensions = match options.dimensions {
             Some(0) => return Err(Error::InvalidOptions("dimensions must be at least 1".into())),
             Some(n) if n > dim => {
@@ -149,9 +152,9 @@ impl Pipeline {
         };
         let info = PipelineInfo {
             task: if classifier.is_some() { "classify" } else { "embed" },
-            classifier: classifier.as_ref().map(Classifier::describe),
-            labels: classifier.as_ref().map(|c| c.labels.clone()),
-            problem_type: classifier.as_ref().map(|c| c.problem),
+            classifier: classifier.map(Classifier::describe),
+            labels: classifier.map(|c| c.labels.clone()),
+            problem_type: classifier.map(|c| c.problem),
             architecture: config.architecture(),
             modality,
             preprocessing: images.as_ref().map(ImageProcessor::describe),
@@ -163,7 +166,7 @@ impl Pipeline {
             normalize,
             dimensions,
             normalize_after_truncation,
-            dim: classifier.as_ref().map_or(dimensions.unwrap_or(dim), |c| c.labels.len()),
+            dim: classifier.map_or(dimensions.unwrap_or(dim), |c| c.labels.len()),
             max_length,
             lowercase,
             prompts: prompt_texts,
@@ -177,10 +180,8 @@ impl Pipeline {
             input,
             long_input: options.long_input.unwrap_or_default(),
             stats: Stats::default(),
-            backbone,
             hidden_size: config.hidden_size(),
-            classifier,
-            heads,
+            weights,
             pooling,
             normalize,
             dimensions,
@@ -194,11 +195,11 @@ impl Pipeline {
 /// The parts of a pipeline that hold weights: what a prepared file shares between processes.
 #[derive(serde::Serialize)]
 pub(crate) struct Weights {
-    backbone: Box<dyn crate::models::Model>,
-    classifier: Option<Classifier>,
-    heads: Vec<Dense>,
+    pub backbone: Box<dyn crate::models::Model>,
+    pub classifier: Option<Classifier>,
+    pub heads: Vec<Dense>,
     /// Parameters of the backbone's checkpoint and the heads.
-    parameters: usize,
+    pub parameters: usize,
 }
 
 /// Reads the weights from the model's files: the backbone, the classification head or the
@@ -286,8 +287,8 @@ fn pooled_dim(pooling: &[PoolingMode], backbone: &dyn crate::models::Model, conf
     pooling.iter().map(|m| if *m == PoolingMode::Pooler { pooler_size } else { config.hidden_size() }).sum()
 }
 
-/// The weights mapped from the shared prepared file of this model (built and written first
-/// when there is none): see `crate::prepared`.
+/// The weights mapped from the shared prepared file of this model; when there is none,
+/// built (and written in the background for the next loads): see `crate::prepared`.
 fn shared_weights(
     share: &Share,
     root: &Path,
@@ -295,13 +296,36 @@ fn shared_weights(
     options: &Options,
     config: &BackboneConfig,
     build: impl FnOnce() -> Result<Weights>,
-) -> Result<(Weights, Sharing)> {
-    let key = prepared_key(share.store, root, dir, options, share.files)?;
-    match share.store.get_or_build(&key, (share.model, share.source), share.interrupt, build)? {
-        Outcome::Private(weights, why) => {
-            Ok((weights, Sharing { file: None, shared_bytes: 0, built: true, note: Some(why) }))
+) -> Result<(Arc<Weights>, Sharing)> {
+    let memo = share.store.dir().join("digests");
+    let remembered = match share.files {
+        Some(files) => Some(files.clone()),
+        None => key::remembered_dir_digests(&memo, root, dir)?,
+    };
+    let key = match remembered {
+        Some(files) => KeyOf::Known(key_of(share.store, root, dir, options, files)?),
+        None => {
+            // Hashed after the build, in the background; a file changed since the build
+            // read it gives no key (and no file).
+            let before = key::dir_stamps(root, dir)?;
+            let (store_dir, root, dir, options) =
+                (share.store.dir().to_path_buf(), root.to_path_buf(), dir.to_path_buf(), options.clone());
+            KeyOf::Later(Box::new(move || {
+                let store = Store::open(&store_dir)?;
+                let key = prepared_key(&store, &root, &dir, &options, None)?;
+                if key::dir_stamps(&root, &dir)? != before {
+                    return Err(Error::InvalidOptions(format!("the files of {} changed while it loaded", dir.display())));
+                }
+                Ok(key)
+            }))
         }
-        Outcome::Mapped { file, built, replaced } => {
+    };
+    match share.store.get_or_build(key, (share.model, share.source), share.interrupt, build)? {
+        Outcome::Built { parts, writing, replaced } => {
+            let note = replaced.map(|why| format!("replaced a file that could not be used: {why}"));
+            Ok((parts, Sharing { file: None, shared_bytes: 0, built: true, note, writing: Some(writing) }))
+        }
+        Outcome::Mapped(file) => {
             #[derive(serde::Deserialize)]
             struct Described {
                 backbone: serde_json::Value,
@@ -318,10 +342,11 @@ fn shared_weights(
             let sharing = Sharing {
                 file: Some(file.path.clone()),
                 shared_bytes: file.data_bytes(),
-                built,
-                note: replaced.map(|why| format!("replaced a file that could not be used: {why}")),
+                built: false,
+                note: None,
+                writing: None,
             };
-            Ok((weights, sharing))
+            Ok((Arc::new(weights), sharing))
         }
     }
 }
@@ -336,17 +361,22 @@ pub fn prepared_key(
     options: &Options,
     files: Option<&BTreeMap<String, String>>,
 ) -> Result<String> {
-    let memo = store.dir().join("digests");
-    let mut all = match files {
+    let files = match files {
         Some(files) => files.clone(),
-        None => key::dir_digests(&memo, root, dir)?,
+        None => key::dir_digests(&store.dir().join("digests"), root, dir)?,
     };
+    key_of(store, root, dir, options, files)
+}
+
+/// The key of a model folder whose files have the digests `files`.
+fn key_of(store: &Store, root: &Path, dir: &Path, options: &Options, mut files: BTreeMap<String, String>) -> Result<String> {
+    let memo = store.dir().join("digests");
     for spec in options.heads.iter().flatten() {
         let file = crate::source::resolve_file(root, dir, &spec.path, "head file")?;
-        all.insert(format!("head:{}", spec.path), key::file_digest(&memo, &file)?);
+        files.insert(format!("head:{}", spec.path), key::file_digest(&memo, &file)?);
     }
     let options = serde_json::to_value(options).map_err(|e| Error::InvalidOptions(e.to_string()))?;
-    Ok(key::key(&all, &options))
+    Ok(key::key(&files, &options))
 }
 
 fn parse_pooling(names: &[String]) -> Result<Vec<PoolingMode>> {

@@ -11,8 +11,8 @@ use tokenizers::{PostProcessor, Tokenizer};
 
 use crate::classifier::{Classifier, Problem};
 use crate::error::{Error, Result};
-use crate::heads::Dense;
-use crate::models::{Batch, Modality, Model, Pixels};
+
+use crate::models::{Batch, Modality, Pixels};
 use crate::options::LongInput;
 use crate::pooling::{self, PoolingMode};
 use crate::processor::ImageProcessor;
@@ -124,19 +124,20 @@ pub struct Sharing {
     pub shared_bytes: usize,
     /// Whether this load built the weights from the model's files (and wrote the file).
     pub built: bool,
-    /// Why the weights are private, or what was replaced.
+    /// What was replaced (a damaged or foreign file).
     pub note: Option<String>,
+    /// The file being written from these weights (when this load built them).
+    pub writing: Option<crate::prepared::Writing>,
 }
 
 pub struct Pipeline {
     input: Input,
     long_input: LongInput,
     stats: Stats,
-    backbone: Box<dyn Model>,
     hidden_size: usize,
-    /// The classification head, for task "classify".
-    classifier: Option<Classifier>,
-    heads: Vec<Dense>,
+    /// The backbone, the classification head (task "classify") or the projection heads:
+    /// mapped from the shared file, or built here (and shared with the thread writing it).
+    weights: std::sync::Arc<load::Weights>,
     pooling: Vec<PoolingMode>,
     normalize: bool,
     dimensions: Option<usize>,
@@ -171,6 +172,22 @@ impl Pipeline {
 
     pub fn stats(&self) -> &Stats {
         &self.stats
+    }
+
+    /// Adds `old`'s counters to this pipeline's (the same model reloaded: mapped from the
+    /// file `old` wrote).
+    pub fn carry_stats(&self, old: &Pipeline) {
+        let (a, b) = (&self.stats, &old.stats);
+        for (to, from) in [
+            (&a.calls, &b.calls),
+            (&a.inputs, &b.inputs),
+            (&a.tokens, &b.tokens),
+            (&a.truncated, &b.truncated),
+            (&a.chunked, &b.chunked),
+            (&a.forward_passes, &b.forward_passes),
+        ] {
+            to.fetch_add(from.load(Relaxed), Relaxed);
+        }
     }
 
     /// Whether the weights are mapped from a shared prepared file, and which.
@@ -282,7 +299,7 @@ impl Pipeline {
     /// Token ids and the pooling skip of each input with the named prompt (see
     /// `embed_with_prompt`), an input longer than max_length handled as `long_input` says.
     fn prepare(&self, texts: &[&str], prompt_name: Option<&str>) -> Result<Prepared> {
-        if self.classifier.is_some() {
+        if self.weights.classifier.is_some() {
             return Err(Error::WrongTask { task: "classify", call: "embed" });
         }
         let prompt = self.prompt(prompt_name)?;
@@ -397,9 +414,9 @@ impl Pipeline {
         lasts: &[usize],
     ) -> Result<Vec<Vec<f32>>> {
         self.stats.forward_passes.fetch_add(1, Relaxed);
-        let hidden = self.backbone.forward(batch).map_err(Error::inference)?;
+        let hidden = self.weights.backbone.forward(batch).map_err(Error::inference)?;
         let pooler = if modes.contains(&PoolingMode::Pooler) { self.pooler(&hidden, batch)? } else { None };
-        let summary = if batch.is_image() { self.backbone.summary_tokens() } else { 0 };
+        let summary = if batch.is_image() { self.weights.backbone.summary_tokens() } else { 0 };
         let sequences = pooling::Sequences { bounds: batch.bounds, skips, summary, lasts };
         pooling::pool(&hidden, self.hidden_size, sequences, modes, pooler.as_deref())
             .map_err(Error::Inference)
@@ -422,7 +439,7 @@ impl Pipeline {
         use rayon::prelude::*;
         let processor = self.image_processor()?;
         let tokens = |height: usize, width: usize| {
-            self.backbone
+            self.weights.backbone
                 .image_tokens(height, width)
                 .map_err(|reason| Error::InvalidArgument { what: "image", reason })
         };
@@ -459,6 +476,7 @@ impl Pipeline {
         bounds.push(0);
         for p in pixels {
             let n = self
+                .weights
                 .backbone
                 .image_tokens(p.height, p.width)
                 .map_err(|reason| Error::InvalidArgument { what: "image", reason })?;
@@ -478,7 +496,7 @@ impl Pipeline {
         threads: usize,
         mut before_batch: impl FnMut() -> Result<()>,
     ) -> Result<Vec<Vec<f32>>> {
-        if self.classifier.is_some() {
+        if self.weights.classifier.is_some() {
             return Err(Error::WrongTask { task: "classify", call: "embed" });
         }
         self.images_batched(images, max_pixels, max_batch_tokens, threads, &mut before_batch, |pixels| {
@@ -528,15 +546,15 @@ impl Pipeline {
 
     /// The backbone's pooler output, one row per sequence.
     fn pooler(&self, hidden: &[f32], batch: &Batch) -> Result<Option<Vec<Vec<f32>>>> {
-        let run = || self.backbone.pooler(hidden, batch)?.map(|t| t.to_vec2::<f32>()).transpose();
+        let run = || self.weights.backbone.pooler(hidden, batch)?.map(|t| t.to_vec2::<f32>()).transpose();
         run().map_err(Error::inference)
     }
 
     /// The projection heads, in order, over pooled rows.
     fn apply_heads(&self, rows: Vec<Vec<f32>>) -> Result<Vec<Vec<f32>>> {
-        let Some(last) = self.heads.last() else { return Ok(rows) };
+        let Some(last) = self.weights.heads.last() else { return Ok(rows) };
         let mut x = rows.concat();
-        for head in &self.heads {
+        for head in &self.weights.heads {
             x = head.forward(&x);
         }
         Ok(x.chunks(last.out_features.max(1)).map(<[f32]>::to_vec).collect())
@@ -558,7 +576,7 @@ impl Pipeline {
         }
         let packed = Packed::of(&encoded.iter().collect::<Vec<_>>());
         let batch = packed.batch();
-        let hidden = self.backbone.forward(&batch).map_err(Error::inference)?;
+        let hidden = self.weights.backbone.forward(&batch).map_err(Error::inference)?;
         let h = self.hidden_size;
         Ok((0..batch.len())
             .map(|i| batch.sequence(i).map(|t| hidden[t * h..(t + 1) * h].to_vec()).collect())
@@ -567,7 +585,7 @@ impl Pipeline {
 
     /// The classifier, for `classify`, `classify_labels` and `rerank`.
     pub fn classifier(&self) -> Result<&Classifier> {
-        self.classifier.as_ref().ok_or(Error::WrongTask { task: "embed", call: "classify" })
+        self.weights.classifier.as_ref().ok_or(Error::WrongTask { task: "embed", call: "classify" })
     }
 
     /// Token ids and token type ids of an input or a sentence pair, as transformers'

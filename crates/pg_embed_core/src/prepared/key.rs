@@ -61,17 +61,20 @@ fn stamp(path: &Path) -> Result<Stamp> {
     })
 }
 
+/// The remembered sha256 of the file at `path`, if its stamp still matches.
+fn remembered(memo_dir: &Path, now: &Stamp) -> Option<String> {
+    let memo = memo_dir.join(hex(&Sha256::digest(now.path.as_bytes())));
+    let r = serde_json::from_slice::<Remembered>(&std::fs::read(memo).ok()?).ok()?;
+    (r.stamp == *now).then_some(r.sha256)
+}
+
 /// sha256 (hex) of the file at `path`, remembered under `memo_dir`.
 pub fn file_digest(memo_dir: &Path, path: &Path) -> Result<String> {
     let now = stamp(path)?;
-    let memo = memo_dir.join(hex(&Sha256::digest(now.path.as_bytes())));
-    if let Ok(bytes) = std::fs::read(&memo) {
-        if let Ok(r) = serde_json::from_slice::<Remembered>(&bytes) {
-            if r.stamp == now {
-                return Ok(r.sha256);
-            }
-        }
+    if let Some(sha256) = remembered(memo_dir, &now) {
+        return Ok(sha256);
     }
+    let memo = memo_dir.join(hex(&Sha256::digest(now.path.as_bytes())));
     let sha256 = crate::hub::sha256_file(path)?;
     // The stamp from before the hash: a file rewritten meanwhile is hashed again next time.
     let remembered = Remembered { stamp: now, sha256: sha256.clone() };
@@ -82,6 +85,26 @@ pub fn file_digest(memo_dir: &Path, path: &Path) -> Result<String> {
         }
     }
     Ok(sha256)
+}
+
+/// The files under `dir` (links followed, every file inside `root`) and their stamps (size,
+/// times, inode): what a file's remembered digest is valid for.
+pub fn dir_stamps(root: &Path, dir: &Path) -> Result<Vec<(String, String)>> {
+    crate::st::files_under(dir, crate::source::admit_inside(root, "model file"))?
+        .into_iter()
+        .map(|path| Ok((path.to_string_lossy().into_owned(), serde_json::to_string(&stamp(&path)?).unwrap_or_default())))
+        .collect()
+}
+
+/// As [`dir_digests`] when every digest is remembered and still valid; `None` when some
+/// file would have to be hashed.
+pub fn remembered_dir_digests(memo_dir: &Path, root: &Path, dir: &Path) -> Result<Option<BTreeMap<String, String>>> {
+    let mut out = BTreeMap::new();
+    for path in crate::st::files_under(dir, crate::source::admit_inside(root, "model file"))? {
+        let Some(sha256) = remembered(memo_dir, &stamp(&path)?) else { return Ok(None) };
+        out.insert(path.strip_prefix(dir).unwrap_or(&path).to_string_lossy().into_owned(), sha256);
+    }
+    Ok(Some(out))
 }
 
 /// sha256 of every file under `dir` (links followed, every file inside `root`), by path

@@ -16,6 +16,7 @@ pub mod key;
 use std::collections::BTreeSet;
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -35,15 +36,43 @@ pub struct Store {
 
 /// How a model's weights were obtained.
 pub enum Outcome<P> {
-    /// Mapped from the shared file: found there, or built by this call and written first.
-    Mapped {
-        file: Mapped,
-        built: bool,
-        /// Why an existing file under the same name was not used (damaged, foreign).
-        replaced: Option<String>,
-    },
-    /// Built privately because the file could not be written (the reason).
-    Private(P, String),
+    /// Mapped from the shared file another process (or an earlier load) wrote.
+    Mapped(Mapped),
+    /// Built by this call from the model's files, and being written in the background:
+    /// the caller computes with these while the file is written (so a first load costs no
+    /// more than a private one), and maps the file on a later load.
+    Built { parts: Arc<P>, writing: Writing, replaced: Option<String> },
+}
+
+/// A prepared file being written by a background thread: where it ended up, or why it
+/// could not be written.
+#[derive(Clone, Debug, Default)]
+pub struct Writing {
+    done: Arc<OnceLock<std::result::Result<PathBuf, String>>>,
+}
+
+impl Writing {
+    /// The file, or why there is none; `None` while it is being written.
+    pub fn result(&self) -> Option<&std::result::Result<PathBuf, String>> {
+        self.done.get()
+    }
+
+    /// Waits for the write to end (tests and tools).
+    pub fn wait(&self) -> &std::result::Result<PathBuf, String> {
+        loop {
+            if let Some(r) = self.done.get() {
+                return r;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+}
+
+/// What names a file: its key, or how to compute it when the model files' digests are not
+/// remembered yet (hashing them is then done in the background, after the build).
+pub enum KeyOf {
+    Known(String),
+    Later(Box<dyn FnOnce() -> Result<String> + Send>),
 }
 
 /// One file of the directory, as `embed.cache_files()` lists it.
@@ -85,27 +114,86 @@ impl Store {
         self.dir.join(format!("{key}.lock"))
     }
 
-    /// Maps the file of `key`; when there is none (or it is damaged or foreign), builds the
-    /// parts with `build`, writes them, and maps the result. One process builds at a time per
-    /// key: the others wait on its lock (calling `interrupt` while they wait, so a cancel
-    /// ends the wait), then map what it wrote. When the file cannot be written (a full disk,
-    /// permissions), the parts built are returned to be used privately.
-    pub fn get_or_build<P: Serialize>(
+    /// Maps the file named by `key`; when there is none (or it is damaged or foreign), builds
+    /// the parts with `build` and hands them back while a background thread writes them.
+    /// One process builds at a time per key: the others wait on its lock (calling
+    /// `interrupt` while they wait, so a cancel ends the wait), then map what it wrote.
+    /// With a key known only later (the files' digests not yet remembered), the parts are
+    /// built at once and the background thread hashes, locks and writes unless a valid file
+    /// is there by then.
+    pub fn get_or_build<P: Serialize + Send + Sync + 'static>(
         &self,
-        key: &str,
+        key: KeyOf,
         label: (&str, &str),
         interrupt: &dyn Fn() -> Result<()>,
         build: impl FnOnce() -> Result<P>,
     ) -> Result<Outcome<P>> {
-        let path = self.path(key);
-        let expect = file::Expect { key, layout: crate::matmul::layout() };
+        let header = |key: &str| Header {
+            format: file::FORMAT,
+            pg_embed: env!("CARGO_PKG_VERSION").into(),
+            layout: crate::matmul::layout().into(),
+            key: key.into(),
+            model: label.0.into(),
+            source: label.1.into(),
+            created: now(),
+        };
+        let key = match key {
+            KeyOf::Known(key) => key,
+            KeyOf::Later(compute) => {
+                let parts = Arc::new(build()?);
+                let (writing, dir, template) = (Writing::default(), self.dir.clone(), header(""));
+                let (done, shared) = (writing.done.clone(), parts.clone());
+                std::thread::spawn(move || {
+                    let store = Store { dir };
+                    let written = compute().map_err(|e| e.to_string()).and_then(|key| {
+                        let lock = store.lock(&key, &|| Ok(())).map_err(|e| e.to_string())?;
+                        let path = store.path(&key);
+                        let expect = file::Expect { key: &key, layout: crate::matmul::layout() };
+                        if Mapped::open(&path, &expect).is_ok() {
+                            return Ok(path);
+                        }
+                        let header = Header { key: key.clone(), ..template };
+                        let written = file::write(&path, &header, &*shared, &expect).map(|m| m.path);
+                        drop(lock);
+                        written.map_err(|e| e.to_string())
+                    });
+                    let _ = done.set(written);
+                });
+                return Ok(Outcome::Built { parts, writing, replaced: None });
+            }
+        };
+        let path = self.path(&key);
+        let expect = file::Expect { key: &key, layout: crate::matmul::layout() };
         let mut replaced = None;
         if path.exists() {
             match Mapped::open(&path, &expect) {
-                Ok(file) => return Ok(Outcome::Mapped { file, built: false, replaced: None }),
+                Ok(file) => return Ok(Outcome::Mapped(file)),
                 Err(e) => replaced = Some(e.to_string()),
             }
         }
+        let lock = self.lock(&key, interrupt)?;
+        // Another process may have written it while this one waited.
+        if replaced.is_none() {
+            if let Ok(file) = Mapped::open(&path, &expect) {
+                return Ok(Outcome::Mapped(file));
+            }
+        }
+        let parts = Arc::new(build()?);
+        let (writing, shared, header) = (Writing::default(), parts.clone(), header(&key));
+        let done = writing.done.clone();
+        std::thread::spawn(move || {
+            let expect = file::Expect { key: &header.key, layout: &header.layout };
+            let written = file::write(&path, &header, &*shared, &expect).map(|m| m.path);
+            // The lock is held until the file is in place: waiters then map it.
+            drop(lock);
+            let _ = done.set(written.map_err(|e| e.to_string()));
+        });
+        Ok(Outcome::Built { parts, writing, replaced })
+    }
+
+    /// Takes the build lock of `key`, polling (and calling `interrupt`) while another
+    /// process holds it. Released when the returned file is closed.
+    fn lock(&self, key: &str, interrupt: &dyn Fn() -> Result<()>) -> Result<File> {
         let lock_path = self.lock_path(key);
         let lock = File::options()
             .create(true)
@@ -115,33 +203,13 @@ impl Store {
             .map_err(|e| Error::io(&lock_path, e))?;
         loop {
             match file::lock(&lock, libc::LOCK_EX | libc::LOCK_NB) {
-                Ok(()) => break,
+                Ok(()) => return Ok(lock),
                 Err(e) if e.raw_os_error() == Some(libc::EWOULDBLOCK) => {
                     interrupt()?;
                     std::thread::sleep(Duration::from_millis(10));
                 }
                 Err(e) => return Err(Error::io(&lock_path, e)),
             }
-        }
-        // Another process may have written it while this one waited.
-        if replaced.is_none() {
-            if let Ok(file) = Mapped::open(&path, &expect) {
-                return Ok(Outcome::Mapped { file, built: false, replaced: None });
-            }
-        }
-        let parts = build()?;
-        let header = Header {
-            format: file::FORMAT,
-            pg_embed: env!("CARGO_PKG_VERSION").into(),
-            layout: expect.layout.into(),
-            key: key.into(),
-            model: label.0.into(),
-            source: label.1.into(),
-            created: now(),
-        };
-        match file::write(&path, &header, &parts, &expect) {
-            Ok(file) => Ok(Outcome::Mapped { file, built: true, replaced }),
-            Err(e) => Ok(Outcome::Private(parts, e.to_string())),
         }
     }
 
