@@ -26,6 +26,7 @@ REPEATS=3
 bench_header "$N backends"
 bench_venv "$BENCH_VENV"
 "$BENCH_VENV/bin/python" "$REPO/bench/sharing_data.py" "$MODEL_DIR/bench-bert-base-shape" "$MODEL_DIR/all-MiniLM-L6-v2"
+chmod -R a+rX "$MODEL_DIR/bench-bert-base-shape"   # the server runs as another OS user
 
 # first_call MODEL SETTING: ms of a fresh backend's first embed() (load included).
 first_call() {

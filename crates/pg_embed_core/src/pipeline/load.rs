@@ -111,9 +111,6 @@ impl Pipeline {
         };
         let normalize = options.normalize.unwrap_or(layout.normalize) && !classify;
 
-        let text =
-            if modality.takes_text() { Some(load_text(bdir, &config, &layout, options)?) } else { None };
-        let images = if modality.takes_images() { Some(load_image_processor(bdir)?) } else { None };
         if modality == Modality::Both && pooling != [PoolingMode::Pooler] {
             return Err(Error::InvalidOptions(format!(
                 "a model of text and images embeds both through its projections: pooling must be \"pooler\", not {}",
@@ -124,10 +121,24 @@ impl Pipeline {
         let build = || {
             build_weights(root, dir, bdir, options, &config, &head_config, &config_path, classify, &pooling, &layout)
         };
-        let (weights, sharing) = match share {
-            None => (Arc::new(build()?), Sharing::default()),
-            Some(share) => shared_weights(share, root, dir, options, &config, build)?,
-        };
+        // The input stages (the tokenizer's JSON: most of a load from the shared file) load
+        // on a thread of their own while this one maps or builds the weights (and may wait,
+        // cancellably, for another process building them). Their errors come first.
+        let (inputs, weights) = std::thread::scope(|scope| {
+            let inputs = scope.spawn(|| -> Result<_> {
+                let text =
+                    if modality.takes_text() { Some(load_text(bdir, &config, &layout, options)?) } else { None };
+                let images = if modality.takes_images() { Some(load_image_processor(bdir)?) } else { None };
+                Ok((text, images))
+            });
+            let weights = match share {
+                None => build().map(|w| (Arc::new(w), Sharing::default())),
+                Some(share) => shared_weights(share, root, dir, options, &config, build),
+            };
+            (inputs.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)), weights)
+        });
+        let (text, images) = inputs?;
+        let (weights, sharing) = weights?;
         let Weights { backbone, classifier, heads, parameters } = &*weights;
         let parameters = *parameters;
         // The heads' sizes were checked in order when the weights were built.
@@ -439,8 +450,6 @@ fn load_text(
     // sentence-transformers ignores the padding and truncation stored in tokenizer.json:
     // it pads per batch and truncates at max_seq_length.
     tokenizer.with_padding(None);
-    let mut untruncated = tokenizer.clone();
-    untruncated.with_truncation(None).map_err(|e| Error::invalid_file(bdir.join("tokenizer.json"), e))?;
     tokenizer
         .with_truncation(Some(TruncationParams { max_length, ..Default::default() }))
         .map_err(|e| Error::invalid_file(bdir.join("tokenizer.json"), e))?;
@@ -477,6 +486,7 @@ fn load_text(
     }
 
     let type_ids = passes_type_ids(&bdir.join("tokenizer_config.json"))?;
+    let untruncated = std::sync::OnceLock::new();
     let text = Text { tokenizer, untruncated, lowercase, prompts, default_prompt, include_prompt, type_ids };
     Ok((text, max_length, prompt_texts))
 }

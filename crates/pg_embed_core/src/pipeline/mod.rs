@@ -202,7 +202,7 @@ impl Pipeline {
 
     /// Tokens of `text` with special tokens, not truncated.
     fn count_tokens(&self, text: &str) -> Result<usize> {
-        Ok(encode(&self.text()?.untruncated, self.text()?.lowercase, text)?.0.len())
+        Ok(encode(self.text()?.untruncated()?, self.text()?.lowercase, text)?.0.len())
     }
 
     /// `text` split into chunks of at most `max_tokens` tokens of this model's tokenizer
@@ -221,7 +221,7 @@ impl Pipeline {
                 reason: format!("{overlap} must be less than max_tokens {max_tokens}"),
             });
         }
-        let enc = self.text()?.untruncated.encode(text, false).map_err(|e| Error::Tokenize(e.to_string()))?;
+        let enc = self.text()?.untruncated()?.encode(text, false).map_err(|e| Error::Tokenize(e.to_string()))?;
         Ok(crate::chunk::split(text, enc.get_offsets(), max_tokens, overlap))
     }
 
@@ -606,7 +606,7 @@ impl Pipeline {
         if cut {
             if self.long_input == LongInput::Error {
                 return Err(Error::InputTooLong {
-                    tokens: self.encode_pair(&self.text()?.untruncated, text, pair)?.0.len(),
+                    tokens: self.encode_pair(self.text()?.untruncated()?, text, pair)?.0.len(),
                     max_length: self.info.max_length,
                 });
             }

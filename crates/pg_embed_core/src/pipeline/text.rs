@@ -12,13 +12,26 @@ use crate::error::{Error, Result};
 /// whole texts), lowercasing, and the prompts with how pooling treats them.
 pub(super) struct Text {
     pub(super) tokenizer: Tokenizer,
-    pub(super) untruncated: Tokenizer,
+    /// Made on first use (chunks, token counts): most models never need it.
+    pub(super) untruncated: std::sync::OnceLock<Tokenizer>,
     pub(super) lowercase: bool,
     pub(super) prompts: BTreeMap<String, Prompt>,
     pub(super) default_prompt: Option<String>,
     pub(super) include_prompt: bool,
     /// Whether the tokenizer passes token type ids to the model (see [`passes_type_ids`]).
     pub(super) type_ids: bool,
+}
+
+impl Text {
+    /// The tokenizer without truncation.
+    pub(super) fn untruncated(&self) -> Result<&Tokenizer> {
+        if let Some(t) = self.untruncated.get() {
+            return Ok(t);
+        }
+        let mut untruncated = self.tokenizer.clone();
+        untruncated.with_truncation(None).map_err(|e| Error::Tokenize(e.to_string()))?;
+        Ok(self.untruncated.get_or_init(|| untruncated))
+    }
 }
 
 /// An input as the backbone takes it: token ids, token type ids (empty when the tokenizer
