@@ -33,7 +33,7 @@ first_call() {
     local wait=""
     [ -n "${3:-}" ] && wait="$(wait_mapped_sql "$1")"
     q -At -c "$2" -c "\\timing on" -c "SELECT array_length(embed('$1', 'first load'), 1)" -c "\\timing off" -c "$wait SELECT 1" |
-        sed -n 's/^Time: \([0-9.]*\) ms$/\1/p' | head -1
+        sed -n 's/^Time: \([0-9.]*\) ms.*$/\1/p' | head -1
 }
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 

@@ -325,7 +325,7 @@ fn shared_weights(
                 let store = Store::open(&store_dir)?;
                 let key = prepared_key(&store, &root, &dir, &options, None)?;
                 if key::dir_stamps(&root, &dir)? != before {
-                    return Err(Error::InvalidOptions(format!("the files of {} changed while it loaded", dir.display())));
+                    return Err(Error::invalid_file(&dir, "its files changed while it loaded; no shared file written"));
                 }
                 Ok(key)
             }))
