@@ -59,11 +59,11 @@ pub fn get(name: &str) -> Result<(Rc<Pipeline>, catalog::ModelRow)> {
     let cached = CACHE.with_borrow_mut(|c| match c.get_mut(name) {
         Some(e) if e.revision == row.revision => {
             // This backend built the weights: once their shared file is written it maps the
-            // file instead (the private copy is freed); if the file could not be written,
-            // it says why, once, and keeps its copy.
+            // file instead (the private copy is freed); if the file could not be written (or
+            // mapping it failed), it says why, once, and keeps its copy.
             let written = e.pipeline.sharing().writing.as_ref().and_then(|w| w.result());
             match written {
-                Some(Ok(_)) => Some(Err(c.remove(name).map(|e| e.pipeline))),
+                Some(Ok(_)) if !e.write_reported => Some(Err(c.remove(name))),
                 Some(Err(why)) if !e.write_reported => {
                     e.write_reported = true;
                     pgrx::warning!("pg_embed: the weights of model \"{name}\" stay private in this backend: {why}");
@@ -83,10 +83,23 @@ pub fn get(name: &str) -> Result<(Rc<Pipeline>, catalog::ModelRow)> {
         Some(Err(built)) => built,
         None => None,
     };
-    let fresh = load(name, &row.source, &Options::from_json(&row.options)?, row.pin.as_ref())?;
-    if let Some(old) = carried {
-        fresh.pipeline.carry_stats(&old);
-    }
+    let loaded = Options::from_json(&row.options).and_then(|o| load(name, &row.source, &o, row.pin.as_ref()));
+    let fresh = match (loaded, carried) {
+        (Ok(fresh), carried) => {
+            if let Some(old) = carried {
+                fresh.pipeline.carry_stats(&old.pipeline);
+            }
+            fresh
+        }
+        (Err(e), Some(mut old)) => {
+            pgrx::warning!("pg_embed: the weights of model \"{name}\" stay private in this backend: {e}");
+            old.write_reported = true;
+            let pipeline = old.pipeline.clone();
+            CACHE.with_borrow_mut(|c| c.insert(name.to_string(), old));
+            return Ok((pipeline, row));
+        }
+        (Err(e), None) => return Err(e),
+    };
     Ok((insert(name, row.revision, fresh), row))
 }
 
