@@ -172,11 +172,9 @@ impl Store {
             }
         }
         let lock = self.lock(&key, interrupt)?;
-        // Another process may have written it while this one waited.
-        if replaced.is_none() {
-            if let Ok(file) = Mapped::open(&path, &expect) {
-                return Ok(Outcome::Mapped(file));
-            }
+        // Another process may have written (or replaced) it while this one waited.
+        if let Ok(file) = Mapped::open(&path, &expect) {
+            return Ok(Outcome::Mapped(file));
         }
         let parts = Arc::new(build()?);
         let (writing, shared, header) = (Writing::default(), parts.clone(), header(&key));
