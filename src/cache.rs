@@ -66,7 +66,7 @@ pub fn get(name: &str) -> Result<(Rc<Pipeline>, catalog::ModelRow)> {
                 Some(Ok(_)) if !e.write_reported => Some(Err(c.remove(name))),
                 Some(Err(why)) if !e.write_reported => {
                     e.write_reported = true;
-                    pgrx::warning!("pg_embed: the weights of model \"{name}\" stay private in this backend: {why}");
+                    warn_private(name, why);
                     Some(Ok(e.pipeline.clone()))
                 }
                 _ => Some(Ok(e.pipeline.clone())),
@@ -92,7 +92,7 @@ pub fn get(name: &str) -> Result<(Rc<Pipeline>, catalog::ModelRow)> {
             fresh
         }
         (Err(e), Some(mut old)) => {
-            pgrx::warning!("pg_embed: the weights of model \"{name}\" stay private in this backend: {e}");
+            warn_private(name, e);
             old.write_reported = true;
             let pipeline = old.pipeline.clone();
             CACHE.with_borrow_mut(|c| c.insert(name.to_string(), old));
@@ -185,7 +185,7 @@ pub fn load(model: &str, source_name: &str, options: &Options, pin: Option<&Pin>
     let store = match store() {
         Ok(store) => store,
         Err(e) => {
-            pgrx::warning!("pg_embed: weights of model \"{model}\" stay private: {e}");
+            warn_private(model, e);
             None
         }
     };
@@ -227,8 +227,13 @@ pub fn wait_written(model: &str, fresh: &Fresh) {
         std::thread::sleep(std::time::Duration::from_millis(5));
     };
     if let Err(why) = result {
-        pgrx::warning!("pg_embed: the weights of model \"{model}\" stay private in this backend: {why}");
+        warn_private(model, why);
     }
+}
+
+/// The WARNING of a backend whose weights of `model` stay private (not shared), and why.
+fn warn_private(model: &str, why: impl std::fmt::Display) {
+    pgrx::warning!("pg_embed: the weights of model \"{model}\" stay private in this backend: {why}");
 }
 
 /// The prepared-file key of a registered model as it would load now.

@@ -682,6 +682,25 @@ mod tests {
         assert!(cache_files().is_empty());
     }
 
+    /// A cache directory that cannot be made: the weights stay private (a WARNING), and
+    /// listing the files is an error (58030) naming the directory.
+    #[pg_test]
+    fn an_unusable_cache_dir_keeps_weights_private() {
+        let file = std::env::temp_dir().join("pg_embed_cache_test_not_a_dir");
+        std::fs::write(&file, b"a file, not a directory").unwrap();
+        let dir = file.join("cache");
+        Spi::run(&format!("SET LOCAL pg_embed.cache_dir = '{}'", dir.display())).unwrap();
+        use_fixtures();
+        register_with("unshared", "pool_mean", "{}");
+        assert_eq!(embed_sql("unshared", "x").len(), 32);
+        assert_eq!(shared_file("unshared"), None);
+        assert_eq!(loaded("unshared", "bytes_shared"), Some(0));
+        assert_eq!(
+            sql_error("SELECT * FROM embed.cache_files()"),
+            format!("58030: could not use the shared weights at \"{}\": Not a directory (os error 20)", dir.display())
+        );
+    }
+
     #[pg_test(error = "permission denied to clean up the shared weight files")]
     fn cache_cleanup_needs_an_admin() {
         Spi::run("CREATE ROLE embed_test_cleanup").unwrap();

@@ -74,6 +74,11 @@ pub enum Error {
     #[error("could not read model file \"{}\": {message}", path.display())]
     Io { path: PathBuf, message: String },
 
+    /// The shared prepared-weights files (`pg_embed.cache_dir`): a directory, lock or file
+    /// that could not be made, written, locked or mapped.
+    #[error("could not use the shared weights at \"{}\": {message}", path.display())]
+    SharedWeights { path: PathBuf, message: String },
+
     #[error("invalid model file \"{}\": {message}", path.display())]
     InvalidFile { path: PathBuf, message: String },
 
@@ -180,7 +185,7 @@ impl Error {
             ModelDirNotSet => SqlState::ObjectNotInPrerequisiteState,
             Unsupported { .. } | NoPairTemplate => SqlState::FeatureNotSupported,
             SourceNotFound { .. } | MissingFile { .. } => SqlState::UndefinedFile,
-            Io { .. } => SqlState::IoError,
+            Io { .. } | SharedWeights { .. } => SqlState::IoError,
             InvalidFile { .. } => SqlState::DataCorrupted,
             Tokenize(_) => SqlState::DataException,
             WrongTask { .. } | NotACrossEncoder { .. } => SqlState::WrongObjectType,
@@ -242,6 +247,11 @@ impl Error {
             ),
             _ => None,
         }
+    }
+
+    /// An I/O error on the shared prepared-weights files (see [`Error::SharedWeights`]).
+    pub(crate) fn shared(path: impl Into<PathBuf>, err: std::io::Error) -> Self {
+        Error::SharedWeights { path: path.into(), message: err.to_string() }
     }
 
     pub(crate) fn io(path: impl Into<PathBuf>, err: std::io::Error) -> Self {

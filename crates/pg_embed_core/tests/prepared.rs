@@ -113,7 +113,7 @@ fn every_model_gives_the_same_outputs_mapped_as_private() {
         let (built, written) = load_and_write(&store, &dir);
         let found = load_shared(&store, &dir).unwrap_or_else(|e| panic!("{name}: {e}"));
         let (b, f) = (built.sharing(), found.sharing());
-        assert!(b.built && !f.built, "{name}: the second load maps the first one's file");
+        assert!(b.built() && !f.built(), "{name}: the second load maps the first one's file");
         assert_eq!(f.file.as_ref(), Some(&written.unwrap()), "{name}");
         assert!(f.shared_bytes > 0 && f.note.is_none(), "{name}: {f:?}");
         assert_eq!(outputs(&built), want, "{name}: built (private while written)");
@@ -161,7 +161,7 @@ fn damaged_and_foreign_files_are_rebuilt_never_trusted() {
         std::fs::rename(&tmp_file, &path).unwrap();
         let (p, written) = load_and_write(&store, &bert());
         let s = p.sharing();
-        assert!(s.built, "{what}: rebuilt");
+        assert!(s.built(), "{what}: rebuilt");
         let note = s.note.clone().unwrap_or_default();
         assert!(note.contains(why), "{what}: {note}");
         assert_eq!(outputs(&p), want, "{what}");
@@ -177,7 +177,7 @@ fn damaged_and_foreign_files_are_rebuilt_never_trusted() {
     std::fs::rename(tmp.join("foreign"), &path).unwrap();
     let (p, _) = load_and_write(&store, &bert());
     let note = p.sharing().note.clone().unwrap_or_default();
-    assert!(p.sharing().built && note.contains("expected"), "{note}");
+    assert!(p.sharing().built() && note.contains("expected"), "{note}");
     assert_eq!(outputs(&p), want);
     let _ = std::fs::remove_dir_all(&tmp);
     let _ = std::fs::remove_dir_all(&tmp2);
@@ -213,7 +213,7 @@ fn concurrent_loads_build_once() {
                 s.spawn(|| {
                     let (p, written) = load_and_write(&store, &dir);
                     assert!(written.is_ok(), "{written:?}");
-                    (p.sharing().built, outputs(&p))
+                    (p.sharing().built(), outputs(&p))
                 })
             })
             .collect();
@@ -231,7 +231,7 @@ fn listing_in_use_and_cleanup() {
     let (tmp, store) = temp_store("cleanup");
     drop(load_and_write(&store, &bert()));
     let p = load_shared(&store, &bert()).unwrap();
-    assert!(!p.sharing().built);
+    assert!(!p.sharing().built());
     let want = outputs(&p);
     let path = the_file(&store);
     let info = store.list().unwrap().into_iter().find(|f| f.path == path).unwrap();
@@ -250,7 +250,7 @@ fn listing_in_use_and_cleanup() {
     assert_eq!(outputs(&p), want, "a removed file stays mapped for its readers");
     drop(p);
     let (again, written) = load_and_write(&store, &bert());
-    assert!(again.sharing().built && written.is_ok());
+    assert!(again.sharing().built() && written.is_ok());
     drop(again);
     let info = store.list().unwrap().into_iter().find(|f| f.header.is_some()).unwrap();
     assert!(!info.in_use, "no longer mapped");

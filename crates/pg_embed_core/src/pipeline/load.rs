@@ -334,7 +334,7 @@ fn shared_weights(
     match share.store.get_or_build(key, (share.model, share.source), share.interrupt, build)? {
         Outcome::Built { parts, writing, replaced } => {
             let note = replaced.map(|why| format!("replaced a file that could not be used: {why}"));
-            Ok((parts, Sharing { file: None, shared_bytes: 0, built: true, note, writing: Some(writing) }))
+            Ok((parts, Sharing { file: None, shared_bytes: 0, note, writing: Some(writing) }))
         }
         Outcome::Mapped(file) => {
             #[derive(serde::Deserialize)]
@@ -353,7 +353,6 @@ fn shared_weights(
             let sharing = Sharing {
                 file: Some(file.path.clone()),
                 shared_bytes: file.data_bytes(),
-                built: false,
                 note: None,
                 writing: None,
             };

@@ -122,12 +122,17 @@ pub struct Sharing {
     pub file: Option<PathBuf>,
     /// Bytes of weights in the shared mapping.
     pub shared_bytes: usize,
-    /// Whether this load built the weights from the model's files (and wrote the file).
-    pub built: bool,
     /// What was replaced (a damaged or foreign file).
     pub note: Option<String>,
     /// The file being written from these weights (when this load built them).
     pub writing: Option<crate::prepared::Writing>,
+}
+
+impl Sharing {
+    /// Whether this load built the weights from the model's files for the shared file.
+    pub fn built(&self) -> bool {
+        self.writing.is_some()
+    }
 }
 
 pub struct Pipeline {

@@ -114,11 +114,11 @@ pub fn write<P: Serialize>(path: &Path, header: &Header, parts: &P, expect: &Exp
         drop(out);
         file.sync_all()
     })();
-    let mapped = written.map_err(|e| Error::io(path, e)).and_then(|()| Mapped::open(&tmp, expect));
+    let mapped = written.map_err(|e| Error::shared(path, e)).and_then(|()| Mapped::open(&tmp, expect));
     let renamed = mapped.and_then(|mut mapped| {
-        std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e))?;
+        std::fs::rename(&tmp, path).map_err(|e| Error::shared(path, e))?;
         if let Some(dir) = path.parent() {
-            File::open(dir).and_then(|d| d.sync_all()).map_err(|e| Error::io(dir, e))?;
+            File::open(dir).and_then(|d| d.sync_all()).map_err(|e| Error::shared(dir, e))?;
         }
         mapped.path = path.to_path_buf();
         Ok(mapped)
@@ -169,6 +169,13 @@ pub struct Expect<'a> {
     pub layout: &'a str,
 }
 
+impl<'a> Expect<'a> {
+    /// A file of `key` as this build writes it: its format, version and the kernels' layout.
+    pub fn current(key: &'a str) -> Self {
+        Expect { key, layout: crate::matmul::layout() }
+    }
+}
+
 fn damaged(path: &Path, why: impl std::fmt::Display) -> Error {
     Error::invalid_file(path, format!("damaged prepared weights: {why}"))
 }
@@ -198,11 +205,11 @@ fn read_description(path: &Path, bytes: &[u8]) -> Result<(Described, usize, usiz
 impl Mapped {
     /// Maps the file at `path` read-only and checks it in full against `expect`.
     pub fn open(path: &Path, expect: &Expect) -> Result<Self> {
-        let file = File::open(path).map_err(|e| Error::io(path, e))?;
-        lock(&file, libc::LOCK_SH).map_err(|e| Error::io(path, e))?;
+        let file = File::open(path).map_err(|e| Error::shared(path, e))?;
+        lock(&file, libc::LOCK_SH).map_err(|e| Error::shared(path, e))?;
         // SAFETY: the file is only ever replaced by rename, never changed in place (the
         // module's rule); a DBA who truncates it under a running server is warned in the README.
-        let map = unsafe { memmap2::MmapOptions::new().populate().map(&file) }.map_err(|e| Error::io(path, e))?;
+        let map = unsafe { memmap2::MmapOptions::new().populate().map(&file) }.map_err(|e| Error::shared(path, e))?;
         let (described, data_start, data_len, data_sum) = read_description(path, &map)?;
         if xxh3(&map[data_start..]) != data_sum {
             return Err(damaged(path, "the data's checksum does not match"));
@@ -249,7 +256,7 @@ impl Mapped {
 /// The header of the file at `path` (no data checks), for listings.
 pub fn peek(path: &Path) -> Result<Header> {
     use std::io::Read;
-    let mut file = File::open(path).map_err(|e| Error::io(path, e))?;
+    let mut file = File::open(path).map_err(|e| Error::shared(path, e))?;
     let mut fixed = [0u8; FIXED];
     file.read_exact(&mut fixed).map_err(|e| damaged(path, e))?;
     let json_len = u64::from_le_bytes(fixed[8..16].try_into().unwrap_or_default());

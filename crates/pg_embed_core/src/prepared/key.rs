@@ -87,10 +87,15 @@ pub fn file_digest(memo_dir: &Path, path: &Path) -> Result<String> {
     Ok(sha256)
 }
 
+/// The files under `dir`, links followed; every file must lie inside `root`.
+fn model_files(root: &Path, dir: &Path) -> Result<Vec<std::path::PathBuf>> {
+    crate::st::files_under(dir, crate::source::admit_inside(root, "model file"))
+}
+
 /// The files under `dir` (links followed, every file inside `root`) and their stamps (size,
 /// times, inode): what a file's remembered digest is valid for.
 pub fn dir_stamps(root: &Path, dir: &Path) -> Result<Vec<(String, String)>> {
-    crate::st::files_under(dir, crate::source::admit_inside(root, "model file"))?
+    model_files(root, dir)?
         .into_iter()
         .map(|path| Ok((path.to_string_lossy().into_owned(), serde_json::to_string(&stamp(&path)?).unwrap_or_default())))
         .collect()
@@ -100,7 +105,7 @@ pub fn dir_stamps(root: &Path, dir: &Path) -> Result<Vec<(String, String)>> {
 /// file would have to be hashed.
 pub fn remembered_dir_digests(memo_dir: &Path, root: &Path, dir: &Path) -> Result<Option<BTreeMap<String, String>>> {
     let mut out = BTreeMap::new();
-    for path in crate::st::files_under(dir, crate::source::admit_inside(root, "model file"))? {
+    for path in model_files(root, dir)? {
         let Some(sha256) = remembered(memo_dir, &stamp(&path)?) else { return Ok(None) };
         out.insert(path.strip_prefix(dir).unwrap_or(&path).to_string_lossy().into_owned(), sha256);
     }
@@ -110,7 +115,7 @@ pub fn remembered_dir_digests(memo_dir: &Path, root: &Path, dir: &Path) -> Resul
 /// sha256 of every file under `dir` (links followed, every file inside `root`), by path
 /// relative to `dir`, remembered under `memo_dir`.
 pub fn dir_digests(memo_dir: &Path, root: &Path, dir: &Path) -> Result<BTreeMap<String, String>> {
-    crate::st::files_under(dir, crate::source::admit_inside(root, "model file"))?
+    model_files(root, dir)?
         .into_iter()
         .map(|path| {
             let name = path.strip_prefix(dir).unwrap_or(&path).to_string_lossy().into_owned();

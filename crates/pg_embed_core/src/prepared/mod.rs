@@ -68,6 +68,13 @@ impl Writing {
     }
 }
 
+/// Where the background writer starts: a key whose build lock this process holds, or a
+/// key still to compute.
+enum Pending {
+    Locked(String, File),
+    Later(Box<dyn FnOnce() -> Result<String> + Send>),
+}
+
 /// What names a file: its key, or how to compute it when the model files' digests are not
 /// remembered yet (hashing them is then done in the background, after the build).
 pub enum KeyOf {
@@ -97,7 +104,7 @@ impl Store {
     /// The directory `dir`, created (owner-only) if it does not exist.
     pub fn open(dir: &Path) -> Result<Self> {
         use std::os::unix::fs::DirBuilderExt;
-        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(|e| Error::io(dir, e))?;
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(|e| Error::shared(dir, e))?;
         Ok(Store { dir: dir.to_path_buf() })
     }
 
@@ -128,11 +135,11 @@ impl Store {
         interrupt: &dyn Fn() -> Result<()>,
         build: impl FnOnce() -> Result<P>,
     ) -> Result<Outcome<P>> {
-        let header = |key: &str| Header {
+        let template = Header {
             format: file::FORMAT,
             pg_embed: env!("CARGO_PKG_VERSION").into(),
             layout: crate::matmul::layout().into(),
-            key: key.into(),
+            key: String::new(),
             model: label.0.into(),
             source: label.1.into(),
             created: now(),
@@ -141,52 +148,61 @@ impl Store {
             KeyOf::Known(key) => key,
             KeyOf::Later(compute) => {
                 let parts = Arc::new(build()?);
-                let (writing, dir, template) = (Writing::default(), self.dir.clone(), header(""));
-                let (done, shared) = (writing.done.clone(), parts.clone());
-                std::thread::spawn(move || {
-                    let store = Store { dir };
-                    let written = compute().map_err(|e| e.to_string()).and_then(|key| {
-                        let lock = store.lock(&key, &|| Ok(())).map_err(|e| e.to_string())?;
-                        let path = store.path(&key);
-                        let expect = file::Expect { key: &key, layout: crate::matmul::layout() };
-                        if Mapped::open(&path, &expect).is_ok() {
-                            return Ok(path);
-                        }
-                        let header = Header { key: key.clone(), ..template };
-                        let written = file::write(&path, &header, &*shared, &expect).map(|m| m.path);
-                        drop(lock);
-                        written.map_err(|e| e.to_string())
-                    });
-                    let _ = done.set(written);
-                });
+                let writing = self.write_in_background(Pending::Later(compute), parts.clone(), template);
                 return Ok(Outcome::Built { parts, writing, replaced: None });
             }
         };
         let path = self.path(&key);
-        let expect = file::Expect { key: &key, layout: crate::matmul::layout() };
         let mut replaced = None;
         if path.exists() {
-            match Mapped::open(&path, &expect) {
+            match Mapped::open(&path, &file::Expect::current(&key)) {
                 Ok(file) => return Ok(Outcome::Mapped(file)),
                 Err(e) => replaced = Some(e.to_string()),
             }
         }
         let lock = self.lock(&key, interrupt)?;
         // Another process may have written (or replaced) it while this one waited.
-        if let Ok(file) = Mapped::open(&path, &expect) {
+        if let Ok(file) = Mapped::open(&path, &file::Expect::current(&key)) {
             return Ok(Outcome::Mapped(file));
         }
         let parts = Arc::new(build()?);
-        let (writing, shared, header) = (Writing::default(), parts.clone(), header(&key));
+        let writing = self.write_in_background(Pending::Locked(key, lock), parts.clone(), template);
+        Ok(Outcome::Built { parts, writing, replaced })
+    }
+
+    /// Writes `parts` as the file of their key on a thread of its own (plain Rust, no
+    /// Postgres calls). The build lock is held until the file is in place, so waiters then
+    /// map it. A key still to compute is computed there first, its lock taken, and nothing
+    /// is written when another process wrote a valid file meanwhile.
+    fn write_in_background<P: Serialize + Send + Sync + 'static>(
+        &self,
+        pending: Pending,
+        parts: Arc<P>,
+        template: Header,
+    ) -> Writing {
+        let (writing, store) = (Writing::default(), Store { dir: self.dir.clone() });
         let done = writing.done.clone();
         std::thread::spawn(move || {
-            let expect = file::Expect { key: &header.key, layout: &header.layout };
-            let written = file::write(&path, &header, &*shared, &expect).map(|m| m.path);
-            // The lock is held until the file is in place: waiters then map it.
-            drop(lock);
+            let written = (|| -> Result<PathBuf> {
+                let (key, lock) = match pending {
+                    Pending::Locked(key, lock) => (key, lock),
+                    Pending::Later(compute) => {
+                        let key = compute()?;
+                        let lock = store.lock(&key, &|| Ok(()))?;
+                        if let Ok(file) = Mapped::open(&store.path(&key), &file::Expect::current(&key)) {
+                            return Ok(file.path);
+                        }
+                        (key, lock)
+                    }
+                };
+                let header = Header { key: key.clone(), ..template };
+                let written = file::write(&store.path(&key), &header, &*parts, &file::Expect::current(&key));
+                drop(lock);
+                written.map(|file| file.path)
+            })();
             let _ = done.set(written.map_err(|e| e.to_string()));
         });
-        Ok(Outcome::Built { parts, writing, replaced })
+        writing
     }
 
     /// Takes the build lock of `key`, polling (and calling `interrupt`) while another
@@ -198,7 +214,7 @@ impl Store {
             .truncate(false)
             .write(true)
             .open(&lock_path)
-            .map_err(|e| Error::io(&lock_path, e))?;
+            .map_err(|e| Error::shared(&lock_path, e))?;
         loop {
             match file::lock(&lock, libc::LOCK_EX | libc::LOCK_NB) {
                 Ok(()) => return Ok(lock),
@@ -206,7 +222,7 @@ impl Store {
                     interrupt()?;
                     std::thread::sleep(Duration::from_millis(10));
                 }
-                Err(e) => return Err(Error::io(&lock_path, e)),
+                Err(e) => return Err(Error::shared(&lock_path, e)),
             }
         }
     }
@@ -217,10 +233,10 @@ impl Store {
         let entries = match std::fs::read_dir(&self.dir) {
             Ok(entries) => entries,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(files),
-            Err(e) => return Err(Error::io(&self.dir, e)),
+            Err(e) => return Err(Error::shared(&self.dir, e)),
         };
         for entry in entries {
-            let entry = entry.map_err(|e| Error::io(&self.dir, e))?;
+            let entry = entry.map_err(|e| Error::shared(&self.dir, e))?;
             let path = entry.path();
             let Ok(meta) = entry.metadata() else { continue };
             if !meta.is_file() {
