@@ -8,7 +8,10 @@ pub mod classifier;
 pub mod error;
 pub mod heads;
 pub mod hub;
+// `#[macro_use]`: its `dispatch!` macro serves the modules after it (bf16).
+#[macro_use]
 pub mod layers;
+pub mod bf16;
 pub mod matmul;
 pub mod models;
 pub mod options;

@@ -118,31 +118,12 @@ impl PackedWeight {
         out: &mut [f32],
         threads: usize,
     ) {
-        let rows = self.rows(x, out.len());
-        let panels = self.panel_count();
-        let threads = threads.clamp(1, panels.max(1));
-        let dst = Ptr(out.as_mut_ptr());
-        let run = |part: std::ops::Range<usize>| {
-            let dst = dst;
-            // SAFETY: out is [rows, outputs] (checked by `rows`); each call writes the
+        let rows = rows_of(x, out.len(), self.inputs, self.outputs);
+        split_panels(out, self.panel_count(), threads, |out, part| {
+            // SAFETY: out is [rows, outputs] (checked by `rows_of`); each part writes the
             // columns of its own panels only.
-            unsafe { self.product_panels(x, bias, residual, then, dst.0, rows, part) }
-        };
-        if threads == 1 {
-            run(0..panels);
-        } else {
-            use rayon::prelude::*;
-            (0..threads).into_par_iter().for_each(|t| run(panels * t / threads..panels * (t + 1) / threads));
-        }
-    }
-
-    /// The rows of a product of `x` into an output of `out_len` values (checked).
-    pub fn rows(&self, x: &[f32], out_len: usize) -> usize {
-        let (k, n) = (self.inputs, self.outputs);
-        let rows = if k == 0 { out_len / n.max(1) } else { x.len() / k };
-        assert_eq!(x.len(), rows * k, "input width");
-        assert_eq!(out_len, rows * n, "output size");
-        rows
+            unsafe { self.product_panels(x, bias, residual, then, out, rows, part) }
+        });
     }
 
     /// As `product`, on the calling thread, for the output columns of `panels` only.
@@ -287,6 +268,33 @@ impl PackedWeight {
         _: usize,
     ) {
         unreachable!("AVX-512F is x86-64 only")
+    }
+}
+
+/// The rows of a product of `x` ([rows, inputs]) into an output of `out_len` values
+/// ([rows, outputs]), checked.
+pub fn rows_of(x: &[f32], out_len: usize, inputs: usize, outputs: usize) -> usize {
+    let rows = if inputs == 0 { out_len / outputs.max(1) } else { x.len() / inputs };
+    assert_eq!(x.len(), rows * inputs, "input width");
+    assert_eq!(out_len, rows * outputs, "output size");
+    rows
+}
+
+/// Runs `part(out, panels)` over `panels` panels split evenly across `threads` compute
+/// threads of the current rayon pool (at most one per panel); each part must write only its
+/// own panels' columns of `out`.
+pub fn split_panels(out: &mut [f32], panels: usize, threads: usize, part: impl Fn(*mut f32, std::ops::Range<usize>) + Sync) {
+    let threads = threads.clamp(1, panels.max(1));
+    let dst = Ptr(out.as_mut_ptr());
+    let run = |range: std::ops::Range<usize>| {
+        let dst = dst;
+        part(dst.0, range)
+    };
+    if threads == 1 {
+        run(0..panels);
+    } else {
+        use rayon::prelude::*;
+        (0..threads).into_par_iter().for_each(|t| run(panels * t / threads..panels * (t + 1) / threads));
     }
 }
 

@@ -40,6 +40,29 @@ pub struct Options {
     /// What happens to an input longer than max_length tokens (default: truncate).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub long_input: Option<LongInput>,
+    /// The numbers the backbone's linear layers compute with (default: float32).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub precision: Option<Precision>,
+}
+
+/// `precision`: float32, exactly as the reference computes; or bfloat16, where the
+/// backbone's linear layers keep their weights in bfloat16, round their inputs to it and
+/// add in float32 (norms, softmax, activations, attention, pooling and heads stay float32).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Precision {
+    #[default]
+    Float32,
+    Bfloat16,
+}
+
+impl Precision {
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::Float32 => "float32",
+            Precision::Bfloat16 => "bfloat16",
+        }
+    }
 }
 
 /// `long_input`: an input with more tokens than max_length is truncated (as
@@ -161,6 +184,9 @@ mod tests {
         ] {
             assert_eq!(Options::from_json(&json!({"long_input": text})).unwrap().long_input, Some(mode));
         }
+        for (text, precision) in [("float32", Precision::Float32), ("bfloat16", Precision::Bfloat16)] {
+            assert_eq!(Options::from_json(&json!({"precision": text})).unwrap().precision, Some(precision));
+        }
     }
 
     #[test]
@@ -177,6 +203,8 @@ mod tests {
             json!({"heads": {"path": "p"}}),
             json!({"heads": [{"weight": "w"}]}),
             json!({"long_input": "split"}),
+            json!({"precision": "float16"}),
+            json!({"precision": 16}),
             json!([1]),
             json!("x"),
         ] {

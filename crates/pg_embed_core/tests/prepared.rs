@@ -12,8 +12,6 @@ use pg_embed_core::options::Options;
 use pg_embed_core::pipeline::{Pipeline, Share};
 use pg_embed_core::prepared::Store;
 
-const TEXTS: &[&str] = &["a cat sat on the mat", "Hello, world!", "x", "the quick brown fox jumps over the lazy dog"];
-
 fn temp_store(name: &str) -> (PathBuf, Store) {
     let dir = std::env::temp_dir().join(format!("pg_embed_prepared_{name}_{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -45,51 +43,6 @@ fn load_and_write(store: &Store, dir: &Path) -> (Pipeline, Result<PathBuf, Strin
         (None, None) => Err("neither mapped nor written".into()),
     };
     (p, written)
-}
-
-/// Everything the pipeline computes for a few inputs: embeddings or logits of texts, of
-/// images for image models.
-fn outputs(p: &Pipeline) -> Vec<Vec<f32>> {
-    let images: Vec<Vec<u8>> = ["exact_32x32.png", "large_300x200.png"]
-        .iter()
-        .map(|n| std::fs::read(root().join("tests/fixtures/images/inputs").join(n)).unwrap())
-        .collect();
-    let images: Vec<&[u8]> = images.iter().map(Vec::as_slice).collect();
-    let mut out = Vec::new();
-    let classify = p.info().task == "classify";
-    if p.modality().takes_text() {
-        if classify {
-            let inputs: Vec<(&str, Option<&str>)> = TEXTS.iter().map(|t| (*t, None)).collect();
-            out.extend(p.classify(&inputs).unwrap());
-        } else {
-            out.extend(p.embed(TEXTS).unwrap());
-        }
-    }
-    if p.modality().takes_images() {
-        if classify {
-            out.extend(p.classify_images(&images, 1 << 24, 4096, 1, || Ok(())).unwrap());
-        } else {
-            out.extend(p.embed_images(&images, 1 << 24, 4096, 1, || Ok(())).unwrap());
-        }
-    }
-    out
-}
-
-/// Every model folder of the fixtures, and the real all-MiniLM-L6-v2.
-fn model_dirs() -> Vec<PathBuf> {
-    let fixtures = root().join("tests/fixtures");
-    let mut dirs = Vec::new();
-    for group in [fixtures.clone(), fixtures.join("backbones"), fixtures.join("classify"), fixtures.join("decoders"), fixtures.join("images")] {
-        for entry in std::fs::read_dir(&group).unwrap() {
-            let path = entry.unwrap().path();
-            if path.join("config.json").exists() || path.join("modules.json").exists() {
-                dirs.push(path);
-            }
-        }
-    }
-    dirs.sort();
-    dirs.push(root().join("models/all-MiniLM-L6-v2"));
-    dirs
 }
 
 #[test]

@@ -3,13 +3,34 @@
 //! On CPUs with AVX-512F the weight is packed once, at load, for `crate::matmul`; elsewhere
 //! it stays in torch's [out, in] layout for the `gemm` crate, which packs per call (measured
 //! on all-MiniLM-L6-v2, that layout gave 1.5x faster single-sentence calls than a
-//! pre-transposed [in, out] copy, and equal batch throughput).
+//! pre-transposed [in, out] copy, and equal batch throughput). A model loaded with
+//! `precision: "bfloat16"` ([`with_precision`]) packs them in bfloat16 for `crate::bf16`.
 
 use gemm::Parallelism;
 
 use super::stack::{for_rows, Buf, Share};
 use crate::matmul;
+use crate::options::Precision;
 use crate::prepared::Floats;
+
+thread_local! {
+    static PRECISION: std::cell::Cell<Precision> = const { std::cell::Cell::new(Precision::Float32) };
+}
+
+/// Runs `load` with every linear layer it makes stored in `precision`: how a backbone is
+/// loaded in bfloat16 without its model file knowing (heads and classifiers are loaded
+/// outside, in float32).
+pub fn with_precision<R>(precision: Precision, load: impl FnOnce() -> R) -> R {
+    let previous = PRECISION.replace(precision);
+    struct Restore(Precision);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            PRECISION.set(self.0);
+        }
+    }
+    let _restore = Restore(previous);
+    load()
+}
 
 /// Output columns per unit of work a team shares out: a packed panel (32 columns), and as
 /// many columns of a torch-layout weight.
@@ -25,12 +46,18 @@ pub enum Weight {
     Torch(Floats),
     /// Panels of 32 output columns for `crate::matmul` (AVX-512).
     Packed(matmul::PackedWeight),
+    /// bfloat16 panels of 32 output columns for `crate::bf16` (precision "bfloat16").
+    Bf16(crate::bf16::Bf16Weight),
 }
 
 impl Weight {
-    /// From torch's layout: panels where the CPU has AVX-512F, else the layout as it is.
+    /// From torch's layout: bfloat16 panels inside `with_precision(Bfloat16, ..)`; else
+    /// float32 panels where the CPU has AVX-512F, else the layout as it is.
     pub fn from_torch(weight: Vec<f32>, outputs: usize, inputs: usize) -> Self {
-        Self::with_layout(weight, outputs, inputs, matmul::available())
+        match PRECISION.get() {
+            Precision::Bfloat16 => Weight::Bf16(crate::bf16::Bf16Weight::pack(&weight, outputs, inputs)),
+            Precision::Float32 => Self::with_layout(weight, outputs, inputs, matmul::available()),
+        }
     }
 
     pub(crate) fn with_layout(weight: Vec<f32>, outputs: usize, inputs: usize, packed: bool) -> Self {
@@ -45,6 +72,7 @@ impl Weight {
     fn units(&self, outputs: usize) -> usize {
         match self {
             Weight::Packed(p) => p.panel_count(),
+            Weight::Bf16(p) => p.panel_count(),
             Weight::Torch(_) => outputs.div_ceil(UNIT),
         }
     }
@@ -67,9 +95,14 @@ impl Linear {
         outputs: usize,
         inputs: usize,
     ) -> candle_core::Result<Self> {
-        Self::with_layout(weight, bias, outputs, inputs, matmul::available())
+        if Some(weight.len()) != outputs.checked_mul(inputs) {
+            candle_core::bail!("a linear weight of {} values is not [{outputs}, {inputs}]", weight.len());
+        }
+        let weight = Weight::from_torch(weight, outputs, inputs);
+        Self::new(weight, bias, outputs, inputs)
     }
 
+    #[cfg(test)]
     pub(crate) fn with_layout(
         weight: Vec<f32>,
         bias: Option<Vec<f32>>,
@@ -80,12 +113,15 @@ impl Linear {
         if Some(weight.len()) != outputs.checked_mul(inputs) {
             candle_core::bail!("a linear weight of {} values is not [{outputs}, {inputs}]", weight.len());
         }
+        Self::new(Weight::with_layout(weight, outputs, inputs, packed), bias, outputs, inputs)
+    }
+
+    fn new(weight: Weight, bias: Option<Vec<f32>>, outputs: usize, inputs: usize) -> candle_core::Result<Self> {
         if let Some(b) = &bias {
             if b.len() != outputs {
                 candle_core::bail!("a linear bias of {} values for {outputs} outputs", b.len());
             }
         }
-        let weight = Weight::with_layout(weight, outputs, inputs, packed);
         Ok(Linear { weight, bias: bias.map(Into::into), inputs, outputs })
     }
 
@@ -152,6 +188,7 @@ impl Linear {
         let bias = self.bias.as_deref();
         match &self.weight {
             Weight::Packed(p) => return p.product(x, bias, residual, then, out, threads),
+            Weight::Bf16(p) => return p.product(x, bias, residual, then, out, threads),
             Weight::Torch(weight) => torch_product(x, weight, out, n, k, threads),
         }
         add_bias(out, n, bias, residual);
@@ -188,6 +225,8 @@ impl Linear {
         share.split(self.weight.units(n), |units| match &self.weight {
             // SAFETY: as the caller promises; the step's chunks are disjoint panels.
             Weight::Packed(p) => unsafe { p.product_panels(x, bias, residual, then, out.ptr, rows, units) },
+            // SAFETY: as above.
+            Weight::Bf16(p) => unsafe { p.product_panels(x, bias, residual, then, out.ptr, rows, units) },
             Weight::Torch(w) => {
                 let columns = (units.start * UNIT).min(n)..(units.end * UNIT).min(n);
                 // SAFETY: as the caller promises; the step's chunks are disjoint columns.
@@ -196,9 +235,10 @@ impl Linear {
         });
     }
 
+    /// Whether the weight is in panels a team can share out (float32 or bfloat16).
     #[inline]
     pub(crate) fn is_packed(&self) -> bool {
-        matches!(self.weight, Weight::Packed(_))
+        matches!(self.weight, Weight::Packed(_) | Weight::Bf16(_))
     }
 }
 

@@ -71,7 +71,7 @@ mod tests;
 pub use activation::Activation;
 pub use attention::{relative_position_bucket, AttentionBias, RelativeBias, Rotary, ScoreTerm};
 pub use embedding::{lengths_of, Embedding};
-pub use linear::{torch_product, Linear, Weight};
+pub use linear::{torch_product, with_precision, Linear, Weight};
 pub use math::{erf, exp};
 pub use norm::Norm;
 pub use stack::{Layer, Mlp, NormPosition, Sliding, Stack, StackSpec};

@@ -171,6 +171,7 @@ impl Pipeline {
             preprocessing: images.as_ref().map(ImageProcessor::describe),
             backbone: config.summary(),
             parameters,
+            precision: options.precision.unwrap_or_default(),
             pooling: pooling.clone(),
             pooling_from,
             heads: heads.iter().map(Dense::describe).collect(),
@@ -251,7 +252,9 @@ fn build_weights(
     } else {
         None
     };
-    let backbone = config.load(vb).map_err(|e| e.in_dir(bdir))?;
+    // The backbone's linear layers in the precision asked for; heads stay float32.
+    let precision = options.precision.unwrap_or_default();
+    let backbone = crate::layers::with_precision(precision, || config.load(vb)).map_err(|e| e.in_dir(bdir))?;
     if classifier.as_ref().is_some_and(Classifier::needs_pooler) && backbone.pooler_size().is_none() {
         return Err(Error::invalid_file(
             bdir.join("model.safetensors"),

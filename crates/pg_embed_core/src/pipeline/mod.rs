@@ -48,6 +48,8 @@ pub struct PipelineInfo {
     pub preprocessing: Option<serde_json::Value>,
     pub backbone: serde_json::Value,
     pub parameters: usize,
+    /// What the backbone's linear layers compute with (`options.precision`).
+    pub precision: crate::options::Precision,
     pub pooling: Vec<PoolingMode>,
     /// Where the pooling came from: a file, "options", or the default.
     pub pooling_from: String,
@@ -169,6 +171,17 @@ impl Pipeline {
 
     pub fn info(&self) -> &PipelineInfo {
         &self.info
+    }
+
+    /// The kernel the backbone's linear layers run on in this process: "avx512-float32" or
+    /// "gemm-float32"; in bfloat16 the dispatched one ("amx-bf16", "avx512-bf16",
+    /// "portable"), with why a faster one is not used when that is worth saying.
+    pub fn kernel(&self) -> String {
+        match self.info.precision {
+            crate::options::Precision::Float32 if crate::matmul::available() => "avx512-float32".into(),
+            crate::options::Precision::Float32 => "gemm-float32".into(),
+            crate::options::Precision::Bfloat16 => crate::bf16::dispatch().describe(),
+        }
     }
 
     pub fn dim(&self) -> usize {

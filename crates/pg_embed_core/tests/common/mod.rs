@@ -182,3 +182,53 @@ pub fn check_cases(name: &str, pipeline: &Pipeline, key: &str, prompt: Option<&s
     eprintln!("{name} {key}: max abs diff {worst:e}");
     worst
 }
+
+/// The texts every model is checked on where a test needs the same few inputs for all
+/// (tests/fixtures/bf16_reference.json names them too).
+pub const TEXTS: &[&str] = &["a cat sat on the mat", "Hello, world!", "x", "the quick brown fox jumps over the lazy dog"];
+
+/// Everything the pipeline computes for a few inputs: embeddings or logits of [`TEXTS`], of
+/// two images for image models (texts first for a model that takes both).
+pub fn outputs(p: &Pipeline) -> Vec<Vec<f32>> {
+    let images: Vec<Vec<u8>> = ["exact_32x32.png", "large_300x200.png"]
+        .iter()
+        .map(|n| std::fs::read(root().join("tests/fixtures/images/inputs").join(n)).unwrap())
+        .collect();
+    let images: Vec<&[u8]> = images.iter().map(Vec::as_slice).collect();
+    let mut out = Vec::new();
+    let classify = p.info().task == "classify";
+    if p.modality().takes_text() {
+        if classify {
+            let inputs: Vec<(&str, Option<&str>)> = TEXTS.iter().map(|t| (*t, None)).collect();
+            out.extend(p.classify(&inputs).unwrap());
+        } else {
+            out.extend(p.embed(TEXTS).unwrap());
+        }
+    }
+    if p.modality().takes_images() {
+        if classify {
+            out.extend(p.classify_images(&images, 1 << 24, 4096, 1, || Ok(())).unwrap());
+        } else {
+            out.extend(p.embed_images(&images, 1 << 24, 4096, 1, || Ok(())).unwrap());
+        }
+    }
+    out
+}
+
+/// Every model folder of the fixtures, and the real all-MiniLM-L6-v2.
+pub fn model_dirs() -> Vec<PathBuf> {
+    let fixtures = root().join("tests/fixtures");
+    let mut dirs = Vec::new();
+    for group in [fixtures.clone(), fixtures.join("backbones"), fixtures.join("classify"), fixtures.join("decoders"), fixtures.join("images")] {
+        for entry in std::fs::read_dir(&group).unwrap() {
+            let path = entry.unwrap().path();
+            if path.join("config.json").exists() || path.join("modules.json").exists() {
+                dirs.push(path);
+            }
+        }
+    }
+    dirs.sort();
+    dirs.push(root().join("models/all-MiniLM-L6-v2"));
+    dirs
+}
+
