@@ -6,6 +6,7 @@
 //!   cargo run --release --example bench_pipeline -- MODEL_DIR CORPUS THREADS \
 //!       [MAX_BATCH_TOKENS] [SENTENCES] [SINGLES] [VECTORS]
 //!
+//! BENCH_OPTIONS (env) holds the model's options as JSON, e.g. '{"precision": "bfloat16"}'.
 //! SENTENCES (default all) takes the corpus's first lines, SINGLES (default 200) the number of
 //! single-sentence calls timed, VECTORS (default 0) how many of the batch's vectors to print
 //! (for a cosine against another system's).
@@ -79,7 +80,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let rss_before_load = rss_mb();
     let t0 = Instant::now();
-    let pipeline = Pipeline::load(dir, &Options::default())?;
+    // BENCH_OPTIONS: the model's options as register_model takes them, e.g. '{"precision": "bfloat16"}'.
+    let options = match std::env::var("BENCH_OPTIONS") {
+        Ok(json) if !json.is_empty() => Options::from_json_str(&json)?,
+        _ => Options::default(),
+    };
+    let pipeline = Pipeline::load(dir, &options)?;
     let load_ms = t0.elapsed().as_secs_f64() * 1000.0;
     let rss_after_load = rss_mb();
     let lengths: Vec<usize> =

@@ -35,8 +35,11 @@ const MC: usize = 48;
 /// Rows per register tile of `avx512-bf16` (2 x 12 accumulators, 2 weight lines, one
 /// broadcast).
 const MR: usize = 12;
-/// Rows per block of `amx-bf16`: two tiles of 16 rows.
-const AMX_ROWS: usize = 32;
+/// Rows per block of `amx-bf16`: three steps of two 16-row tiles, so that a panel's weights
+/// (24 kB for 384 inputs) are read from L2 once per block and from L1 by the next two
+/// steps. (Chosen by that reasoning; not measured: the machines this was written on have
+/// no AMX.)
+const AMX_ROWS: usize = 96;
 
 /// The three ways of computing a bfloat16 product.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -370,25 +373,31 @@ impl Bf16Weight {
                 acc.resize(padded * NR, 0.0);
                 for panel in panels.clone() {
                     let w = &self.lines[panel * self.pairs * 2..(panel + 1) * self.pairs * 2];
+                    let cols = NR.min(n - panel * NR);
+                    let at = start * n + panel * NR;
+                    let dest = Dest {
+                        // SAFETY (the three): within out, bias and residual (sizes checked);
+                        // the caller gives this thread these columns of out.
+                        out: unsafe { out.add(at) },
+                        ld: n,
+                        cols,
+                        bias: bias.map_or(std::ptr::null(), |b| unsafe { b.as_ptr().add(panel * NR) }),
+                        residual: residual.map_or(std::ptr::null(), |r| unsafe { r.as_ptr().add(at) }),
+                    };
                     match kernel {
                         // SAFETY: AMX usable (asserted) and configured (`_tiles`); xs is
-                        // [padded, pairs] and acc [padded, 32], padded a multiple of 16.
+                        // [padded, pairs] and acc [padded, 32], padded a multiple of 16;
+                        // dest holds `block` rows.
                         #[cfg(target_arch = "x86_64")]
-                        Kernel::Amx => unsafe { amx::block(xs, self.pairs, w, acc, padded) },
+                        Kernel::Amx => unsafe {
+                            amx::block(xs, self.pairs, w, acc, padded);
+                            avx512::store(acc, block, &dest);
+                        },
                         // SAFETY: AVX512-BF16 usable (asserted); sizes as above.
                         #[cfg(target_arch = "x86_64")]
-                        Kernel::Avx512Bf16 => unsafe { avx512::block(xs, self.pairs, w, acc, block) },
-                        _ => portable_block(xs, self.pairs, w, acc, block),
-                    }
-                    let cols = NR.min(n - panel * NR);
-                    for r in 0..block {
-                        let row = start + r;
-                        // SAFETY: row < rows and this panel's columns, as the caller promises.
-                        let piece = unsafe { std::slice::from_raw_parts_mut(out.add(row * n + panel * NR), cols) };
-                        let sums = &acc[r * NR..r * NR + cols];
-                        let bias = bias.map(|b| &b[panel * NR..panel * NR + cols]);
-                        let res = residual.map(|res| &res[row * n + panel * NR..row * n + panel * NR + cols]);
-                        finish(piece, sums, bias, res);
+                        Kernel::Avx512Bf16 => unsafe { avx512::block(xs, self.pairs, w, block, &dest) },
+                        // SAFETY: sizes as above.
+                        _ => unsafe { portable_block(xs, self.pairs, w, block, &dest) },
                     }
                 }
                 if let Some(then) = then {
@@ -404,12 +413,25 @@ impl Bf16Weight {
     }
 }
 
+/// Where a kernel writes one panel's results for a block of rows: (sums + bias) + residual,
+/// rounded in that order (torch's). `out` and `residual` point at the block's first row and
+/// the panel's first column, rows `ld` apart; `bias` at the panel's first column (null: none);
+/// `cols` (<= 32) columns are read and written.
+#[derive(Clone, Copy)]
+pub(crate) struct Dest {
+    out: *mut f32,
+    ld: usize,
+    cols: usize,
+    bias: *const f32,
+    residual: *const f32,
+}
+
 /// The buffers of a product, reused across calls on a thread.
 #[derive(Default)]
 struct Scratch {
     /// The current block's rows rounded to bfloat16 pairs.
     xs: Vec<u32>,
-    /// The block's sums for one panel, [rows, 32].
+    /// The block's sums for one panel, [rows, 32] (amx-bf16's tiles are stored there).
     acc: Vec<f32>,
 }
 
@@ -433,28 +455,15 @@ dispatch! {
     }
 }
 
-dispatch! {
-    /// piece = (sums + bias) + residual, rounded in that order (torch's).
-    fn finish(piece: &mut [f32], sums: &[f32], bias: Option<&[f32]>, residual: Option<&[f32]>) {
-        match (bias, residual) {
-            (Some(b), Some(r)) => {
-                for (((p, s), b), r) in piece.iter_mut().zip(sums).zip(b).zip(r) {
-                    *p = (s + b) + r;
-                }
-            }
-            (Some(b), None) => piece.iter_mut().zip(sums).zip(b).for_each(|((p, s), b)| *p = s + b),
-            (None, Some(r)) => piece.iter_mut().zip(sums).zip(r).for_each(|((p, s), r)| *p = s + r),
-            (None, None) => piece.copy_from_slice(sums),
-        }
-    }
-}
-
-dispatch! {
-    /// acc[r, 0..32] = sum over pairs p of the odd product, then the even one (`vdpbf16ps`'s
-    /// order), for the first `rows` rows of `xs` and one panel `w`.
-    fn portable_block(xs: &[u32], pairs: usize, w: &[PairLine], acc: &mut [f32], rows: usize) {
-        for (x, sums) in xs.chunks_exact(pairs).zip(acc.chunks_exact_mut(NR)).take(rows) {
-            let mut s = [0f32; NR];
+/// The sums of pairs p of the odd product, then the even one (`vdpbf16ps`'s order), for
+/// the first `rows` rows of `xs` and one panel `w`, finished into `dest`.
+///
+/// # Safety
+/// `dest` holds `rows` rows (this thread's); xs `rows` rows of `pairs`; w a panel.
+unsafe fn portable_block(xs: &[u32], pairs: usize, w: &[PairLine], rows: usize, dest: &Dest) {
+    dispatch! {
+        fn sums(x: &[u32], w: &[PairLine], s: &mut [f32; NR]) {
+            *s = [0f32; NR];
             for (p, &two) in x.iter().enumerate() {
                 let (xe, xo) = (f32::from_bits(two << 16), f32::from_bits(two & 0xffff_0000));
                 let line = [&w[2 * p].0, &w[2 * p + 1].0];
@@ -465,53 +474,73 @@ dispatch! {
                     *s += xe * f32::from_bits(both << 16);
                 }
             }
-            sums.copy_from_slice(&s);
+        }
+    }
+    let mut s = [0f32; NR];
+    for (r, x) in xs.chunks_exact(pairs).take(rows).enumerate() {
+        sums(x, w, &mut s);
+        for (j, v) in s.iter().take(dest.cols).enumerate() {
+            // SAFETY: row r < rows, column j < cols of dest, as the caller promises.
+            unsafe {
+                let mut v = *v;
+                if !dest.bias.is_null() {
+                    v += *dest.bias.add(j);
+                }
+                if !dest.residual.is_null() {
+                    v += *dest.residual.add(r * dest.ld + j);
+                }
+                *dest.out.add(r * dest.ld + j) = v;
+            }
         }
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
-    use super::{PairLine, MR, NR};
+    use super::{Dest, PairLine, MR, NR};
+    use std::arch::x86_64::*;
 
     /// As `portable_block`, with `vdpbf16ps`: tiles of up to 12 rows of near-equal height.
     ///
     /// # Safety
-    /// The CPU has AVX512-BF16; xs holds `rows` rows of `pairs`, w a panel of `pairs`
-    /// pairs (2 lines each), acc at least rows x 32.
-    pub unsafe fn block(xs: &[u32], pairs: usize, w: &[PairLine], acc: &mut [f32], rows: usize) {
-        assert!(xs.len() >= rows * pairs && w.len() >= 2 * pairs && acc.len() >= rows * NR);
+    /// The CPU has AVX512-BF16; as `portable_block`.
+    pub unsafe fn block(xs: &[u32], pairs: usize, w: &[PairLine], rows: usize, dest: &Dest) {
+        assert!(xs.len() >= rows * pairs && w.len() >= 2 * pairs);
         let tiles = rows.div_ceil(MR);
         let mut row = 0;
         for t in 0..tiles {
             let h = rows / tiles + usize::from(t < rows % tiles);
-            let (a, b, c) = (xs[row * pairs..].as_ptr(), w.as_ptr().cast::<u32>(), acc[row * NR..].as_mut_ptr());
-            // SAFETY: h rows from `row` are within xs and acc (asserted above).
+            let (a, b) = (xs[row * pairs..].as_ptr(), w.as_ptr().cast::<u32>());
+            let d = Dest {
+                out: dest.out.wrapping_add(row * dest.ld),
+                residual: if dest.residual.is_null() { dest.residual } else { dest.residual.wrapping_add(row * dest.ld) },
+                ..*dest
+            };
+            // SAFETY: h rows from `row` are within xs (asserted) and dest (the caller's).
             unsafe {
                 match h {
-                    12 => tile::<12>(pairs, a, b, c),
-                    11 => tile::<11>(pairs, a, b, c),
-                    10 => tile::<10>(pairs, a, b, c),
-                    9 => tile::<9>(pairs, a, b, c),
-                    8 => tile::<8>(pairs, a, b, c),
-                    7 => tile::<7>(pairs, a, b, c),
-                    6 => tile::<6>(pairs, a, b, c),
-                    5 => tile::<5>(pairs, a, b, c),
-                    4 => tile::<4>(pairs, a, b, c),
-                    3 => tile::<3>(pairs, a, b, c),
-                    2 => tile::<2>(pairs, a, b, c),
-                    _ => tile::<1>(pairs, a, b, c),
+                    12 => tile::<12>(pairs, a, b, &d),
+                    11 => tile::<11>(pairs, a, b, &d),
+                    10 => tile::<10>(pairs, a, b, &d),
+                    9 => tile::<9>(pairs, a, b, &d),
+                    8 => tile::<8>(pairs, a, b, &d),
+                    7 => tile::<7>(pairs, a, b, &d),
+                    6 => tile::<6>(pairs, a, b, &d),
+                    5 => tile::<5>(pairs, a, b, &d),
+                    4 => tile::<4>(pairs, a, b, &d),
+                    3 => tile::<3>(pairs, a, b, &d),
+                    2 => tile::<2>(pairs, a, b, &d),
+                    _ => tile::<1>(pairs, a, b, &d),
                 }
             }
             row += h;
         }
     }
 
-    /// c[0..R, 0..32] = a b for R rows `a` ([R, pairs] dwords) and a panel `b` (pairs x 32
-    /// dwords), one `vdpbf16ps` chain per output.
+    /// R rows `a` ([R, pairs] dwords) times a panel `b` (pairs x 32 dwords), one `vdpbf16ps`
+    /// chain per output, finished into `dest`.
     #[target_feature(enable = "avx512f,avx512bf16")]
-    unsafe fn tile<const R: usize>(pairs: usize, a: *const u32, b: *const u32, c: *mut f32) {
-        use std::arch::x86_64::*;
+    unsafe fn tile<const R: usize>(pairs: usize, a: *const u32, b: *const u32, dest: &Dest) {
         let mut lo = [_mm512_setzero_ps(); R];
         let mut hi = [_mm512_setzero_ps(); R];
         for p in 0..pairs {
@@ -527,11 +556,60 @@ mod avx512 {
                 }
             }
         }
-        for r in 0..R {
-            // SAFETY: row r of c, 32 floats.
+        // SAFETY: R rows of dest, as the caller promises.
+        unsafe { finish::<R>(&mut lo, &mut hi, dest) }
+    }
+
+    /// Rows of sums (two lines each) plus dest's bias, plus its residual, stored in its
+    /// columns.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    unsafe fn finish<const R: usize>(lo: &mut [__m512; R], hi: &mut [__m512; R], dest: &Dest) {
+        let mask = if dest.cols == NR { u32::MAX } else { (1u32 << dest.cols) - 1 };
+        let (m0, m1) = (mask as u16, (mask >> 16) as u16);
+        // SAFETY (whole block): dest's rows and columns, as the caller promises.
+        unsafe {
+            if !dest.bias.is_null() {
+                let b0 = _mm512_maskz_loadu_ps(m0, dest.bias);
+                let b1 = _mm512_maskz_loadu_ps(m1, dest.bias.add(16));
+                for r in 0..R {
+                    lo[r] = _mm512_add_ps(lo[r], b0);
+                    hi[r] = _mm512_add_ps(hi[r], b1);
+                }
+            }
+            if !dest.residual.is_null() {
+                for r in 0..R {
+                    let res = dest.residual.add(r * dest.ld);
+                    lo[r] = _mm512_add_ps(lo[r], _mm512_maskz_loadu_ps(m0, res));
+                    hi[r] = _mm512_add_ps(hi[r], _mm512_maskz_loadu_ps(m1, res.add(16)));
+                }
+            }
+            for r in 0..R {
+                _mm512_mask_storeu_ps(dest.out.add(r * dest.ld), m0, lo[r]);
+                _mm512_mask_storeu_ps(dest.out.add(r * dest.ld + 16), m1, hi[r]);
+            }
+        }
+    }
+
+    /// The first `rows` rows of `acc` ([rows, 32] sums: amx-bf16's tiles) finished into
+    /// `dest`, one row at a time.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F; dest holds `rows` rows; acc at least rows x 32.
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn store(acc: &[f32], rows: usize, dest: &Dest) {
+        assert!(acc.len() >= rows * NR);
+        for r in 0..rows {
+            // SAFETY: row r of acc (asserted) and of dest (the caller's).
             unsafe {
-                _mm512_storeu_ps(c.add(r * NR), lo[r]);
-                _mm512_storeu_ps(c.add(r * NR + 16), hi[r]);
+                let mut lo = [_mm512_loadu_ps(acc.as_ptr().add(r * NR))];
+                let mut hi = [_mm512_loadu_ps(acc.as_ptr().add(r * NR + 16))];
+                let d = Dest {
+                    out: dest.out.add(r * dest.ld),
+                    residual: if dest.residual.is_null() { dest.residual } else { dest.residual.add(r * dest.ld) },
+                    ..*dest
+                };
+                finish::<1>(&mut lo, &mut hi, &d);
             }
         }
     }

@@ -104,6 +104,23 @@ SELECT pg_temp.err($$SELECT embed('minilm', 'x')$$);
 SELECT (embed.register_model('minilm', 'all-MiniLM-L6-v2')) ->> 'dim' AS dim;
 SELECT array_length(embed('minilm', 'back again'), 1) AS dims;
 
+-- precision "bfloat16": the same nearest neighbours, vectors within cosine 0.9999 of
+-- float32's, half-size linear weights; model_info and loaded_models say so.
+SELECT (embed.register_model('minilm_bf16', 'all-MiniLM-L6-v2', '{"precision": "bfloat16"}')) ->> 'precision' AS precision;
+SELECT id, round((1 - (emb <=> embed('minilm_bf16', body)::vector(384)))::numeric, 4) AS cosine_to_float32,
+       embed('minilm_bf16', body) <> embed('minilm', body) AS rounded
+FROM docs ORDER BY id;
+SELECT q.query, d.id
+FROM (VALUES ('How do I bake homemade bread?'), ('Which planets have rings?'),
+             ('Who won the football game?'), ('Why does my code not compile?')) AS q(query)
+CROSS JOIN LATERAL (
+    SELECT id FROM docs ORDER BY emb <=> embed('minilm_bf16', q.query)::vector(384) LIMIT 1
+) AS d;
+SELECT name, precision, kernel IN ('amx-bf16', 'avx512-bf16', 'portable') OR kernel LIKE '% (%' AS known_kernel
+FROM embed.loaded_models() WHERE name LIKE 'minilm%' ORDER BY name;
+SELECT pg_temp.err($$SELECT embed.register_model('x', 'all-MiniLM-L6-v2', '{"precision": "int8"}')$$);
+SELECT embed.drop_model('minilm_bf16');
+
 DROP TABLE docs;
 DROP ROLE regress_embed_user;
 
