@@ -368,7 +368,15 @@ impl Bf16Weight {
                 let padded = block.next_multiple_of(16);
                 xs.clear();
                 xs.resize(padded * self.pairs, 0);
-                round_rows(&x[start * k..(start + block) * k], k, self.pairs, xs);
+                let part = &x[start * k..(start + block) * k];
+                match kernel {
+                    // SAFETY: those kernels run only where the CPU has AVX512-BF16.
+                    #[cfg(target_arch = "x86_64")]
+                    Kernel::Amx | Kernel::Avx512Bf16 if cpu().avx512_bf16 => unsafe {
+                        avx512::round_rows(part, k, self.pairs, xs)
+                    },
+                    _ => round_rows(part, k, self.pairs, xs),
+                }
                 acc.clear();
                 acc.resize(padded * NR, 0.0);
                 for panel in panels.clone() {
@@ -534,6 +542,32 @@ mod avx512 {
                 }
             }
             row += h;
+        }
+    }
+
+    /// As `super::round_rows`, with `vcvtne2ps2bf16` (the same rounding: to nearest even,
+    /// NaN quiet, denormals to zero), 32 inputs at a time.
+    ///
+    /// # Safety
+    /// The CPU has AVX512-BF16; xs holds the rows of x, `pairs` dwords each.
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    pub unsafe fn round_rows(x: &[f32], k: usize, pairs: usize, xs: &mut [u32]) {
+        for (row, dst) in x.chunks_exact(k.max(1)).zip(xs.chunks_exact_mut(pairs)) {
+            assert!(dst.len() * 2 >= row.len());
+            let mut i = 0;
+            while i + 32 <= row.len() {
+                // SAFETY: 32 inputs from i are within the row, 16 dwords from i / 2 within dst.
+                unsafe {
+                    let lo = _mm512_loadu_ps(row.as_ptr().add(i));
+                    let hi = _mm512_loadu_ps(row.as_ptr().add(i + 16));
+                    let both: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(hi, lo));
+                    _mm512_storeu_si512(dst.as_mut_ptr().add(i / 2).cast(), both);
+                }
+                i += 32;
+            }
+            if i < row.len() {
+                super::round_rows(&row[i..], row.len() - i, dst.len() - i / 2, &mut dst[i / 2..]);
+            }
         }
     }
 
@@ -760,6 +794,28 @@ mod tests {
         for x in [0.1f32, -3.7, 1e-30, 65504.0, 3.0e38] {
             let r = widen(round(x));
             assert!((r - x).abs() <= x.abs() / 256.0, "{x} -> {r}");
+        }
+    }
+
+    #[test]
+    fn hardware_rounding_equals_round() {
+        if !usable_or_say(Kernel::Avx512Bf16) {
+            return;
+        }
+        let mut x: Vec<f32> = random(4096, 3, 100.0);
+        // Ties, denormals, infinities, NaN, the largest finite value.
+        x.extend([1.0 + 1.0 / 256.0, 1.0 + 3.0 / 256.0, f32::from_bits(1), -f32::from_bits(0x007f_ffff)]);
+        x.extend([f32::INFINITY, f32::NEG_INFINITY, f32::NAN, f32::MAX, -0.0, 0.0, 3.0e38, 1e-38]);
+        x.extend((0..20).map(|i| f32::from_bits(0x3f80_8000 + (i << 16))));
+        // A row with a tail after the 32-wide steps, and rows of whole steps only.
+        for (x, k) in [(&x[..], x.len()), (&x[..4096], 64), (&x[..4096], 4096)] {
+            let pairs = k.div_ceil(32) * 16;
+            let rows = x.len() / k;
+            let (mut soft, mut hard) = (vec![0u32; rows * pairs], vec![0u32; rows * pairs]);
+            round_rows(x, k, pairs, &mut soft);
+            // SAFETY: AVX512-BF16 (checked); sizes as round_rows needs.
+            unsafe { avx512::round_rows(x, k, pairs, &mut hard) };
+            assert_eq!(soft, hard, "rows of {k}");
         }
     }
 
