@@ -26,6 +26,7 @@ pub fn run<T: Send>(threads: usize, work: impl FnOnce() -> T + Send) -> Result<T
                 let pool = rayon::ThreadPoolBuilder::new()
                     .num_threads(threads)
                     .thread_name(|i| format!("pg_embed-{i}"))
+                    .start_handler(|_| block_signals())
                     .build()
                     .map_err(|e| {
                         Error::Inference(format!("could not start {threads} compute threads: {e}"))
@@ -40,6 +41,25 @@ pub fn run<T: Send>(threads: usize, work: impl FnOnce() -> T + Send) -> Result<T
         }
     })?;
     Ok(pool.install(work))
+}
+
+/// Blocks the asynchronous signals on the calling compute thread, so that the process's
+/// signals (Postgres's cancel, latch and shutdown signals) are delivered to the backend's
+/// own thread and its handlers never run on a compute thread. Faults (SIGSEGV, SIGBUS,
+/// SIGFPE, SIGILL, SIGTRAP, SIGABRT) stay unblocked: they belong to the thread that raises
+/// them.
+fn block_signals() {
+    #[cfg(unix)]
+    // SAFETY: a sigset_t on the stack, filled and changed by libc before use; the mask is
+    // this thread's only.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut set);
+        for fault in [libc::SIGSEGV, libc::SIGBUS, libc::SIGFPE, libc::SIGILL, libc::SIGTRAP, libc::SIGABRT] {
+            libc::sigdelset(&mut set, fault);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
 }
 
 /// The default thread count: the machine's cores.
@@ -191,6 +211,27 @@ pub fn team(steps: usize, work: impl Fn(&Member) + Sync) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn compute_threads_block_the_process_signals_but_not_faults() {
+        let masks = run(2, || {
+            use rayon::prelude::*;
+            (0..2)
+                .into_par_iter()
+                .map(|_| {
+                    // SAFETY: reads this thread's mask into a zeroed set.
+                    unsafe {
+                        let mut set: libc::sigset_t = std::mem::zeroed();
+                        libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut set);
+                        let blocked = |s| libc::sigismember(&set, s) == 1;
+                        (blocked(libc::SIGINT), blocked(libc::SIGUSR1), blocked(libc::SIGTERM), blocked(libc::SIGSEGV))
+                    }
+                })
+                .collect::<Vec<_>>()
+        })
+        .unwrap();
+        assert_eq!(masks, vec![(true, true, true, false); 2]);
+    }
 
     #[test]
     fn a_team_runs_every_chunk_of_every_step_once_and_in_step_order() {
