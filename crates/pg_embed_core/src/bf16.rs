@@ -711,7 +711,7 @@ mod amx {
     /// Tiles are configured on this thread ([`Tiles`]); pairs is a multiple of 16; sizes as
     /// said.
     pub unsafe fn block(xs: &[u32], pairs: usize, w: &[PairLine], acc: &mut [f32], rows: usize) {
-        assert!(rows % 16 == 0 && pairs % TILE_PAIRS == 0);
+        assert!(rows.is_multiple_of(16) && pairs.is_multiple_of(TILE_PAIRS));
         assert!(xs.len() >= rows * pairs && w.len() >= 2 * pairs && acc.len() >= rows * NR);
         let (sa, sb, sc) = (pairs * 4, NR * 4, NR * 4);
         let steps = pairs / TILE_PAIRS;

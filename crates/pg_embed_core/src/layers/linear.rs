@@ -36,10 +36,10 @@ pub fn with_precision<R>(precision: Precision, load: impl FnOnce() -> R) -> R {
 /// many columns of a torch-layout weight.
 const UNIT: usize = 32;
 
-/// The kinds of weight a [`Linear`] computes with. Each kind gives the same product; they
-/// differ in layout and speed. A new kind (bfloat16 panels, a memory-mapped file) is one
-/// more variant here, with its arms in `units`, `product` and `product_units`: the stack,
-/// its team and the models do not change.
+/// The kinds of weight a [`Linear`] computes with. The float32 kinds give the same product
+/// and differ in layout and speed; the bfloat16 kind rounds (precision "bfloat16"). A new
+/// kind is one more variant here, with its arms in `units`, `forward` and
+/// `forward_shared`: the stack, its team and the models do not change.
 #[derive(serde::Serialize, serde::Deserialize)]
 pub enum Weight {
     /// torch's layout, [outputs, inputs] row-major, multiplied by the `gemm` crate.
