@@ -166,11 +166,27 @@ impl Dispatch {
     }
 }
 
+/// The kernel every product of this process uses ([`dispatch`]'s, without its note).
+#[inline]
+pub fn kernel() -> Kernel {
+    match FORCED.load(Ordering::Relaxed) {
+        0 => decided().kernel,
+        n => Kernel::ALL[n as usize - 1],
+    }
+}
+
 /// The fastest usable kernel, decided once per process; `PG_EMBED_BF16_KERNEL` (a kernel's
 /// name) asks for a slower one, for comparisons. [`force`] overrides it, for tests.
 pub fn dispatch() -> Dispatch {
+    match FORCED.load(Ordering::Relaxed) {
+        0 => decided().clone(),
+        n => Dispatch { kernel: Kernel::ALL[n as usize - 1], note: Some("forced".into()) },
+    }
+}
+
+fn decided() -> &'static Dispatch {
     static DECIDED: OnceLock<Dispatch> = OnceLock::new();
-    let decided = DECIDED.get_or_init(|| {
+    DECIDED.get_or_init(|| {
         let wanted = std::env::var("PG_EMBED_BF16_KERNEL").ok().filter(|v| !v.is_empty());
         let mut notes = Vec::new();
         if let Some(name) = &wanted {
@@ -194,11 +210,7 @@ pub fn dispatch() -> Dispatch {
             }
         }
         Dispatch { kernel: Kernel::Portable, note: None }
-    });
-    match FORCED.load(Ordering::Relaxed) {
-        0 => decided.clone(),
-        n => Dispatch { kernel: Kernel::ALL[n as usize - 1], note: Some("forced".into()) },
-    }
+    })
 }
 
 static FORCED: AtomicU8 = AtomicU8::new(0);
@@ -303,7 +315,7 @@ impl Bf16Weight {
         threads: usize,
     ) {
         let rows = crate::matmul::rows_of(x, out.len(), self.inputs, self.outputs);
-        let kernel = dispatch().kernel;
+        let kernel = kernel();
         crate::matmul::split_panels(out, self.panel_count(), threads, |out, part| {
             // SAFETY: out is [rows, outputs] (checked); each part writes its own panels' columns.
             unsafe { self.product_with(kernel, x, bias, residual, then, out, rows, part) }
@@ -326,7 +338,7 @@ impl Bf16Weight {
         panels: std::ops::Range<usize>,
     ) {
         // SAFETY: as the caller promises.
-        unsafe { self.product_with(dispatch().kernel, x, bias, residual, then, out, rows, panels) }
+        unsafe { self.product_with(kernel(), x, bias, residual, then, out, rows, panels) }
     }
 
     /// Columns of panels `panels` of out = round(x) W^T (+ bias) (+ residual), then `then`
