@@ -217,7 +217,7 @@ DECLARE
     kind text := embed._source_kind(v.tbl, v.source_column);
 BEGIN
     BEGIN
-        EXECUTE format('SET LOCAL ROLE %I', v.owner::text);
+        EXECUTE format('SET LOCAL ROLE %I', (SELECT rolname FROM pg_roles WHERE oid = v.owner));
         EXECUTE format(
             'WITH rows AS MATERIALIZED (
                  SELECT t.%1$I AS k, t.%2$I%6$s AS s, row_number() OVER (ORDER BY t.%1$I) AS ord

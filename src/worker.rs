@@ -109,8 +109,7 @@ pub extern "C-unwind" fn pg_embed_vectorize_main(arg: pg_sys::Datum) {
     let threads = guc::worker_threads();
     loop {
         if BackgroundWorker::sigterm_received() {
-            // SAFETY: ends this process as a worker that asks to be restarted.
-            unsafe { pg_sys::proc_exit(1) };
+            terminate(db);
         }
         if BackgroundWorker::sighup_received() {
             // SAFETY: reloads the configuration, as a backend does between statements.
@@ -121,8 +120,28 @@ pub extern "C-unwind" fn pg_embed_vectorize_main(arg: pg_sys::Datum) {
             Ok(_) => {}
             Err(message) => log!("pg_embed vectorize worker {slot}: {message}"),
         }
-        BackgroundWorker::wait_latch(Some(IDLE));
+        // False when SIGTERM came (the call consumes it).
+        if !BackgroundWorker::wait_latch(Some(IDLE)) {
+            terminate(db);
+        }
     }
+}
+
+/// Ends the worker after SIGTERM: pg_terminate_backend, or a server shutdown (which
+/// restarts nothing). Exit code 1 asks the postmaster to start it again, unless the database
+/// is being dropped (DROP DATABASE holds its lock while it ends the sessions).
+fn terminate(db: pg_sys::Oid) -> ! {
+    let dropping = BackgroundWorker::transaction(|| {
+        Spi::get_one_with_args::<bool>(
+            "SELECT EXISTS (SELECT FROM pg_locks WHERE locktype = 'object' AND classid = 'pg_database'::regclass
+                AND objid = $1 AND mode = 'AccessExclusiveLock' AND granted)",
+            &[db.into()],
+        )
+    });
+    let code = if matches!(dropping, Ok(Some(true))) { 0 } else { 1 };
+    // SAFETY: ends this process; code 1 asks to be restarted.
+    unsafe { pg_sys::proc_exit(code) };
+    unreachable!("proc_exit returned")
 }
 
 /// The first free slot of this database's workers, or None (all taken, or no pg_embed here).
