@@ -218,6 +218,9 @@ DECLARE
 BEGIN
     BEGIN
         EXECUTE format('SET LOCAL ROLE %I', (SELECT rolname FROM pg_roles WHERE oid = v.owner));
+        -- The table's own triggers and defaults run with the usual search_path, not this
+        -- function's.
+        SET LOCAL search_path TO DEFAULT;
         EXECUTE format(
             'WITH rows AS MATERIALIZED (
                  SELECT t.%1$I AS k, t.%2$I%6$s AS s, row_number() OVER (ORDER BY t.%1$I) AS ord

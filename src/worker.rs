@@ -40,7 +40,9 @@ fn outer_role() -> pg_sys::Oid {
 /// were started.
 #[pg_extern(volatile, parallel_unsafe, schema = "embed", name = "_vectorize_launch")]
 fn vectorize_launch(always: bool) -> i32 {
-    if !always && LAUNCHED.get() {
+    // SAFETY: reads a backend global.
+    let in_worker = unsafe { pg_sys::MyBackendType } == pg_sys::BackendType::B_BG_WORKER;
+    if in_worker || (!always && LAUNCHED.get()) {
         return 0;
     }
     LAUNCHED.set(true);
@@ -50,8 +52,21 @@ fn vectorize_launch(always: bool) -> i32 {
     }
     // SAFETY: reads a backend global.
     let db = unsafe { pg_sys::MyDatabaseId };
-    Spi::run_with_args("SELECT pg_advisory_xact_lock($1)", &[(LAUNCH_LOCK + i64::from(db.to_u32())).into()])
+    // One launcher at a time per database, held only while it launches (a session lock, not
+    // a transaction's: vectorize_wait's transaction lasts as long as it waits). A session
+    // that finds another launching leaves it to that one.
+    let key = LAUNCH_LOCK + i64::from(db.to_u32());
+    let locked = Spi::get_one_with_args::<bool>("SELECT pg_try_advisory_lock($1)", &[key.into()])
         .unwrap_or_else(|e| error!("{e}"));
+    if locked != Some(true) {
+        return 0;
+    }
+    let started = launch(db, wanted, always);
+    Spi::run_with_args("SELECT pg_advisory_unlock($1)", &[key.into()]).unwrap_or_else(|e| error!("{e}"));
+    started
+}
+
+fn launch(db: pg_sys::Oid, wanted: i32, always: bool) -> i32 {
     let running = Spi::get_one_with_args::<i64>(
         "SELECT count(*) FROM pg_stat_activity WHERE backend_type = $1 AND datid = $2",
         &[WORKER_TYPE.into(), db.into()],
@@ -160,6 +175,19 @@ fn claim_slot() -> Option<i32> {
 
 /// One batch in its own transaction; an ERROR is caught and its transaction aborted.
 fn step(threads: i32) -> Result<i32, String> {
+    report(pg_sys::BackendState::STATE_RUNNING, c"SELECT embed._vectorize_step()");
+    let done = run_step(threads);
+    report(pg_sys::BackendState::STATE_IDLE, c"");
+    done
+}
+
+/// What pg_stat_activity shows of this worker (state and query).
+fn report(state: pg_sys::BackendState::Type, query: &std::ffi::CStr) {
+    // SAFETY: updates this backend's own activity entry.
+    unsafe { pg_sys::pgstat_report_activity(state, query.as_ptr()) };
+}
+
+fn run_step(threads: i32) -> Result<i32, String> {
     let run = move || {
         BackgroundWorker::transaction(move || {
             Spi::run(&format!("SET LOCAL pg_embed.threads = {threads}"))?;
