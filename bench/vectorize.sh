@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Asynchronous embedding (embed.vectorize) against the synchronous trigger, one run:
 #   1. INSERT latency of single-row inserts (pgbench, one client, autocommit): no trigger,
-#      the vectorize queue trigger, and embed.embed_trigger as a row trigger;
+#      the vectorize queue trigger (1 worker x 1 thread embedding behind it), and
+#      embed.embed_trigger as a row trigger;
 #   2. rows/s the workers embed (1 worker x 2 threads, 2 workers x 1 thread) against one bare
 #      embed(model, text[]) call over the same rows on 2 threads;
 #   3. the lag (age of the oldest queued row) under a steady insert rate of half the 1-worker
@@ -46,7 +47,8 @@ SELECT embed.vectorize('vb_async', 'body', 'emb', :'model', 64);
 SQL
 
 # ---- 1. INSERT latency ---------------------------------------------------------------------
-set_workers 1 2
+# One worker on one thread: the writer keeps a core (on 2 cores a 2-thread worker takes both).
+set_workers 1 1
 for t in vb_plain vb_async vb_sync; do
     cat >"$work/$t.sql" <<SQL
 \\set i random(1, 2000)
@@ -62,7 +64,7 @@ q1 "SELECT embed.vectorize_wait('vb_async', 'emb', '5 minutes')" >/dev/null
 # ---- 2. throughput -------------------------------------------------------------------------
 bare="$(q1 "SET pg_embed.threads = 2;
   SELECT round($ROWS / extract(epoch FROM clock_timestamp() - t0)) FROM (SELECT clock_timestamp() AS t0) s,
-    LATERAL (SELECT count(*) FROM embed(:'model', ARRAY(SELECT s FROM vb_corpus ORDER BY i LIMIT $ROWS))) e")"
+    LATERAL (SELECT count(*) FROM embed('$MODEL', ARRAY(SELECT s FROM vb_corpus ORDER BY i LIMIT $ROWS))) e")"
 echo "    bare embed(model, text[]) over $ROWS rows, 2 threads: $bare rows/s"
 for config in "1 2" "2 1"; do
     set -- $config
