@@ -56,7 +56,9 @@ CREATE TABLE embed.vectorize_errors (
 );
 CREATE UNIQUE INDEX vectorize_errors_key ON embed.vectorize_errors (vectorizer, coalesce(key, ''));
 
-GRANT SELECT ON embed.vectorizers, embed.vectorize_queue, embed.vectorize_errors TO PUBLIC;
+-- The queue and the errors hold other tables' keys and messages: superusers and embed_admin
+-- read them; every role sees the counts in embed.vectorize_status.
+GRANT SELECT ON embed.vectorizers, embed.vectorize_queue, embed.vectorize_errors TO embed_admin;
 
 -- The statement trigger of a vectorized table (argument: the vectorizer's id): records the
 -- keys of inserted rows, and of updated rows whose source changed. Runs as the extension's
@@ -328,7 +330,7 @@ GRANT SELECT ON embed.vectorize_status TO PUBLIC;
 -- embed.vectorize_wait(tbl, target_column, timeout): waits until no row of that vectorizer
 -- is queued (embedded, or failed three times); true, or false at the timeout.
 CREATE FUNCTION embed.vectorize_wait(tbl regclass, target_column text, timeout interval DEFAULT '1 minute')
-RETURNS boolean LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+RETURNS boolean LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     vid integer;
     deadline timestamptz := clock_timestamp() + timeout;

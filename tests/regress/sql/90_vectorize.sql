@@ -77,8 +77,10 @@ RESET ROLE;
 SET ROLE regress_vec_owner;
 SELECT embed.vectorize('va_owned', 'body', 'emb', 'minilm') AS enqueued;
 INSERT INTO va_owned VALUES (1, 'written by the owner');
-RESET ROLE;
 SELECT embed.vectorize_wait('va_owned', 'emb', '60 seconds') AS done;
+SELECT queued, errors FROM embed.vectorize_status WHERE tbl = 'va_owned'::regclass;
+SELECT pg_temp.err($$SELECT count(*) FROM embed.vectorize_queue$$);
+RESET ROLE;
 SELECT owner FROM embed.vectorizers WHERE tbl = 'va_owned'::regclass;
 SELECT id, pg_temp.matches(emb::real[], body) AS matches FROM va_owned;
 
