@@ -12,6 +12,8 @@ static ALLOW_DOWNLOAD: GucSetting<bool> = GucSetting::<bool>::new(false);
 static AUTO_REGISTER: GucSetting<bool> = GucSetting::<bool>::new(false);
 static PRELOAD: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
 static CACHE_DIR: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+static WORKERS: GucSetting<i32> = GucSetting::<i32>::new(1);
+static WORKER_THREADS: GucSetting<i32> = GucSetting::<i32>::new(0);
 static MAX_MODEL_SIZE: GucSetting<i32> = GucSetting::<i32>::new(4096);
 /// Pillow's `Image.MAX_IMAGE_PIXELS`.
 static MAX_IMAGE_PIXELS: GucSetting<i32> = GucSetting::<i32>::new(89_478_485);
@@ -22,6 +24,26 @@ static MAX_IMAGE_PIXELS: GucSetting<i32> = GucSetting::<i32>::new(89_478_485);
 const DEFAULT_MAX_BATCH_TOKENS: i32 = 4096;
 
 pub fn register() {
+    GucRegistry::define_int_guc(
+        c"pg_embed.workers",
+        c"Background workers per database that embed the queue of embed.vectorize (0: none).",
+        c"Started when a table is vectorized, when a vectorized table is written in a new session, and at server start when pg_embed is in shared_preload_libraries.",
+        &WORKERS,
+        0,
+        64,
+        GucContext::Sighup,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"pg_embed.worker_threads",
+        c"Compute threads of each vectorize worker (0: one per core).",
+        c"As pg_embed.threads, for the background workers of embed.vectorize.",
+        &WORKER_THREADS,
+        0,
+        1024,
+        GucContext::Sighup,
+        GucFlags::default(),
+    );
     GucRegistry::define_string_guc(
         c"pg_embed.model_dir",
         c"Directory that model sources are resolved in.",
@@ -179,4 +201,14 @@ pub fn cache_dir() -> Option<std::path::PathBuf> {
         Some(s) if s.is_empty() => None,
         Some(s) => Some(data_dir().join(s.to_string_lossy().into_owned())),
     }
+}
+
+/// `pg_embed.workers`: vectorize workers per database.
+pub fn workers() -> i32 {
+    WORKERS.get()
+}
+
+/// `pg_embed.worker_threads`: compute threads of a vectorize worker (0: one per core).
+pub fn worker_threads() -> i32 {
+    WORKER_THREADS.get()
 }

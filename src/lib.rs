@@ -1,23 +1,30 @@
 //! pg_embed: transformer models inside PostgreSQL.
 //!
 //! This crate is the SQL edge only: `sql` (the functions), `guc` (settings), `catalog`
-//! (embed.models) and `cache` (this backend's loaded pipelines). Everything that runs a
+//! (embed.models), `cache` (this backend's loaded pipelines) and `worker` (the background
+//! workers of embed.vectorize). Everything that runs a
 //! model is in the pgrx-free crate `pg_embed_core` (crates/pg_embed_core); `sql/*.sql`
 //! holds the SQL-level parts (catalog, triggers, backfill).
 
 ::pgrx::pg_module_magic!(name, version);
 
 pgrx::extension_sql_file!("../sql/catalog.sql", name = "catalog", bootstrap);
+pgrx::extension_sql_file!("../sql/vectorize.sql", name = "vectorize");
 pgrx::extension_sql_file!("../sql/workflow.sql", name = "workflow", finalize);
 
 mod cache;
 mod catalog;
 mod guc;
 mod sql;
+mod worker;
 
 #[pgrx::pg_guard]
 pub extern "C-unwind" fn _PG_init() {
     guc::register();
+    // SAFETY: reads a postmaster global.
+    if unsafe { pgrx::pg_sys::process_shared_preload_libraries_in_progress } {
+        worker::register_launcher();
+    }
 }
 
 #[cfg(any(test, feature = "pg_test"))]

@@ -1,0 +1,354 @@
+-- pg_embed asynchronous embedding: embed.vectorize installs a light statement trigger that
+-- only records which rows changed (their primary key) in embed.vectorize_queue; background
+-- workers (src/worker.rs) embed the queue in batches behind the writes, each batch one
+-- embed(model, text[]) call, one UPDATE and one COMMIT, as the role that called
+-- embed.vectorize. Rows that keep failing go to embed.vectorize_errors.
+
+-- One row per vectorized (table, target column).
+CREATE TABLE embed.vectorizers (
+    id serial PRIMARY KEY,
+    tbl regclass NOT NULL,
+    source_column text NOT NULL,
+    target_column text NOT NULL,
+    model text NOT NULL,
+    batch_size integer NOT NULL CHECK (batch_size BETWEEN 1 AND 100000),
+    -- The table's one-column primary key, and its type.
+    key_column text NOT NULL,
+    key_type regtype NOT NULL,
+    -- The role the workers read and write the table as.
+    owner regrole NOT NULL,
+    created timestamptz NOT NULL DEFAULT now(),
+    -- Kept by the workers: rows embedded, and the last batch.
+    rows_done bigint NOT NULL DEFAULT 0,
+    last_batch_at timestamptz,
+    last_batch_rows integer,
+    last_batch_seconds double precision,
+    -- Set while the whole vectorizer waits (its model is not registered): no batch before.
+    paused_until timestamptz,
+    UNIQUE (tbl, target_column)
+);
+COMMENT ON TABLE embed.vectorizers IS 'tables kept embedded by pg_embed''s background workers; see embed.vectorize.';
+
+-- Changed rows waiting to be embedded: one row per change (a key changed twice while queued
+-- is embedded once, from its newest text).
+CREATE TABLE embed.vectorize_queue (
+    id bigserial PRIMARY KEY,
+    vectorizer integer NOT NULL REFERENCES embed.vectorizers ON DELETE CASCADE,
+    key text NOT NULL,
+    enqueued_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    -- Backoff of a row that failed: not retried before.
+    not_before timestamptz
+);
+CREATE INDEX vectorize_queue_vectorizer ON embed.vectorize_queue (vectorizer, id);
+
+-- Rows the workers could not embed (key NULL: the whole vectorizer, e.g. its model is not
+-- registered). A row is retried with backoff and leaves the queue after 3 attempts; its
+-- error stays until it is embedded (it is queued again when it changes).
+CREATE TABLE embed.vectorize_errors (
+    vectorizer integer NOT NULL REFERENCES embed.vectorizers ON DELETE CASCADE,
+    tbl regclass NOT NULL,
+    key text,
+    model text NOT NULL,
+    sqlstate text NOT NULL,
+    message text NOT NULL,
+    attempts integer NOT NULL DEFAULT 1,
+    last_try timestamptz NOT NULL DEFAULT now()
+);
+CREATE UNIQUE INDEX vectorize_errors_key ON embed.vectorize_errors (vectorizer, coalesce(key, ''));
+
+-- The queue and the errors hold other tables' keys and messages: superusers and embed_admin
+-- read them; every role sees the counts in embed.vectorize_status.
+GRANT SELECT ON embed.vectorizers, embed.vectorize_queue, embed.vectorize_errors TO embed_admin;
+
+-- The statement trigger of a vectorized table (argument: the vectorizer's id): records the
+-- keys of inserted rows, and of updated rows whose source changed. Runs as the extension's
+-- owner, so a writer needs no privilege on the queue.
+CREATE FUNCTION embed._vectorize_enqueue() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v embed.vectorizers;
+BEGIN
+    SELECT * INTO v FROM embed.vectorizers WHERE id = TG_ARGV[0]::integer;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    IF TG_OP = 'INSERT' THEN
+        EXECUTE format('INSERT INTO embed.vectorize_queue (vectorizer, key) SELECT $1, n.%I::text FROM pg_embed_new n',
+                       v.key_column)
+            USING v.id;
+    ELSE
+        EXECUTE format('INSERT INTO embed.vectorize_queue (vectorizer, key)
+                        SELECT $1, n.%1$I::text FROM pg_embed_new n JOIN pg_embed_old o USING (%1$I)
+                         WHERE n.%2$I IS DISTINCT FROM o.%2$I', v.key_column, v.source_column)
+            USING v.id;
+    END IF;
+    PERFORM embed._vectorize_launch(false);
+    RETURN NULL;
+END
+$$;
+
+-- embed.vectorize(tbl, source_column, target_column, model, batch_size): keeps
+-- target_column of tbl embedded from source_column by background workers; enqueues the
+-- rows whose target is NULL (every row with a source when the model or source column
+-- changed) and returns how many. The superuser, members of embed_admin and the table's
+-- owner may call it; the workers read and write the table as the calling role.
+CREATE FUNCTION embed.vectorize(tbl regclass, source_column text, target_column text, model text,
+                                batch_size integer DEFAULT 64)
+RETURNS integer LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    caller regrole := embed._outer_role();
+    owner_oid oid;
+    keys text[];
+    key_type regtype;
+    previous embed.vectorizers;
+    vid integer;
+    n integer;
+    every_row boolean;
+    trigger_name text;
+BEGIN
+    IF batch_size IS NULL OR batch_size < 1 OR batch_size > 100000 THEN
+        RAISE EXCEPTION 'batch_size must be between 1 and 100000, not %', coalesce(batch_size::text, 'NULL')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT relowner INTO owner_oid FROM pg_class WHERE oid = tbl;
+    IF NOT (pg_has_role(caller, owner_oid, 'USAGE') OR pg_has_role(caller, 'embed_admin', 'USAGE')
+            OR (SELECT rolsuper FROM pg_roles WHERE oid = caller)) THEN
+        RAISE EXCEPTION 'permission denied to vectorize %', tbl
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'The table''s owner, members of embed_admin and superusers may.';
+    END IF;
+    -- The columns, and the model's dimension against the target column's.
+    PERFORM embed._check_target(tbl, model, source_column, target_column);
+    SELECT array_agg(a.attname ORDER BY k.ord), (array_agg(a.atttypid ORDER BY k.ord))[1]::regtype
+      INTO keys, key_type
+      FROM pg_index i
+      CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
+      JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+     WHERE i.indrelid = tbl AND i.indisprimary;
+    IF keys IS NULL OR array_length(keys, 1) <> 1 THEN
+        RAISE EXCEPTION 'embed.vectorize needs a primary key of one column on %, not %', tbl,
+            coalesce('(' || array_to_string(keys, ', ') || ')', 'none')
+            USING ERRCODE = 'feature_not_supported',
+                  HINT = 'Add a one-column primary key, or keep the column filled with embed.embed_trigger.';
+    END IF;
+    SELECT * INTO previous FROM embed.vectorizers v WHERE v.tbl = vectorize.tbl AND v.target_column = vectorize.target_column;
+    every_row := FOUND AND (previous.model <> vectorize.model OR previous.source_column <> vectorize.source_column);
+    INSERT INTO embed.vectorizers AS v (tbl, source_column, target_column, model, batch_size, key_column, key_type, owner)
+    VALUES (tbl, source_column, target_column, model, batch_size, keys[1], key_type, caller)
+    ON CONFLICT ON CONSTRAINT vectorizers_tbl_target_column_key DO UPDATE
+       SET source_column = EXCLUDED.source_column, model = EXCLUDED.model, batch_size = EXCLUDED.batch_size,
+           key_column = EXCLUDED.key_column, key_type = EXCLUDED.key_type, owner = EXCLUDED.owner,
+           paused_until = NULL
+    RETURNING v.id INTO vid;
+    trigger_name := format('pg_embed_vectorize_%s', vid);
+    EXECUTE format('DROP TRIGGER IF EXISTS %I ON %s', trigger_name || '_ins', tbl);
+    EXECUTE format('DROP TRIGGER IF EXISTS %I ON %s', trigger_name || '_upd', tbl);
+    EXECUTE format('CREATE TRIGGER %I AFTER INSERT ON %s REFERENCING NEW TABLE AS pg_embed_new
+                    FOR EACH STATEMENT EXECUTE FUNCTION embed._vectorize_enqueue(%s)', trigger_name || '_ins', tbl, vid);
+    EXECUTE format('CREATE TRIGGER %I AFTER UPDATE ON %s REFERENCING OLD TABLE AS pg_embed_old NEW TABLE AS pg_embed_new
+                    FOR EACH STATEMENT EXECUTE FUNCTION embed._vectorize_enqueue(%s)', trigger_name || '_upd', tbl, vid);
+    EXECUTE format('INSERT INTO embed.vectorize_queue (vectorizer, key)
+                    SELECT $1, t.%I::text FROM %s t WHERE t.%I IS NOT NULL AND ($2 OR t.%I IS NULL)
+                       AND NOT EXISTS (SELECT FROM embed.vectorize_queue q WHERE q.vectorizer = $1 AND q.key = t.%I::text)',
+                   keys[1], tbl, source_column, target_column, keys[1])
+        USING vid, every_row;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    PERFORM embed._vectorize_launch(true);
+    RETURN n;
+END
+$$;
+
+-- embed.unvectorize(tbl, target_column): removes the triggers, the queue and the errors of
+-- that vectorizer (the column keeps its vectors).
+CREATE FUNCTION embed.unvectorize(tbl regclass, target_column text)
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    caller regrole := embed._outer_role();
+    v embed.vectorizers;
+BEGIN
+    SELECT * INTO v FROM embed.vectorizers z WHERE z.tbl = unvectorize.tbl AND z.target_column = unvectorize.target_column;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'column "%" of % is not vectorized', target_column, tbl
+            USING ERRCODE = 'undefined_object';
+    END IF;
+    IF NOT (pg_has_role(caller, (SELECT relowner FROM pg_class WHERE oid = tbl), 'USAGE')
+            OR pg_has_role(caller, 'embed_admin', 'USAGE') OR (SELECT rolsuper FROM pg_roles WHERE oid = caller)) THEN
+        RAISE EXCEPTION 'permission denied to unvectorize %', tbl USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    EXECUTE format('DROP TRIGGER IF EXISTS %I ON %s', format('pg_embed_vectorize_%s_ins', v.id), tbl);
+    EXECUTE format('DROP TRIGGER IF EXISTS %I ON %s', format('pg_embed_vectorize_%s_upd', v.id), tbl);
+    DELETE FROM embed.vectorizers WHERE id = v.id;
+END
+$$;
+
+-- Records a failure: of one key (with backoff: the key's queued rows wait 2^attempts
+-- seconds, and leave the queue after the third attempt), or of the whole vectorizer (key
+-- NULL: paused for 5 seconds).
+CREATE FUNCTION embed._vectorize_failed(v embed.vectorizers, failed_key text, ids bigint[], state text, msg text)
+RETURNS void LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    tries integer;
+BEGIN
+    INSERT INTO embed.vectorize_errors AS e (vectorizer, tbl, key, model, sqlstate, message)
+    VALUES (v.id, v.tbl, failed_key, v.model, state, msg)
+    ON CONFLICT (vectorizer, coalesce(key, '')) DO UPDATE
+       SET attempts = e.attempts + 1, sqlstate = EXCLUDED.sqlstate, message = EXCLUDED.message,
+           model = EXCLUDED.model, last_try = now()
+    RETURNING attempts INTO tries;
+    IF failed_key IS NULL THEN
+        UPDATE embed.vectorizers SET paused_until = now() + interval '5 seconds' WHERE id = v.id;
+    ELSIF tries >= 3 THEN
+        DELETE FROM embed.vectorize_queue WHERE id = ANY (ids) AND key = failed_key;
+    ELSE
+        UPDATE embed.vectorize_queue SET not_before = now() + make_interval(secs => 2 ^ tries)
+         WHERE id = ANY (ids) AND key = failed_key;
+    END IF;
+END
+$$;
+
+-- Embeds the rows of `keys` (as the vectorizer's owner) and writes their vectors; a failing
+-- set is split in halves until the failing keys are found and recorded. Returns the rows
+-- written.
+CREATE FUNCTION embed._vectorize_keys(v embed.vectorizers, keys text[], ids bigint[])
+RETURNS integer LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    n integer;
+    half integer;
+    state text;
+    msg text;
+    kind text := embed._source_kind(v.tbl, v.source_column);
+BEGIN
+    BEGIN
+        EXECUTE format('SET LOCAL ROLE %I', (SELECT rolname FROM pg_roles WHERE oid = v.owner));
+        -- The table's own triggers and defaults run with the usual search_path, not this
+        -- function's.
+        SET LOCAL search_path TO DEFAULT;
+        EXECUTE format(
+            'WITH rows AS MATERIALIZED (
+                 SELECT t.%1$I AS k, t.%2$I%6$s AS s, row_number() OVER (ORDER BY t.%1$I) AS ord
+                   FROM %3$s t WHERE t.%1$I = ANY ($1::%4$s[]) AND t.%2$I IS NOT NULL),
+                  vecs AS (SELECT e.vec, e.ord FROM @extschema@.%5$s($2, ARRAY(SELECT s FROM rows ORDER BY ord))
+                                                    WITH ORDINALITY AS e(vec, ord))
+             UPDATE %3$s t SET %7$I = vecs.vec FROM rows JOIN vecs USING (ord) WHERE t.%1$I = rows.k',
+            v.key_column, v.source_column, v.tbl, v.key_type,
+            CASE WHEN kind = 'image' THEN 'embed_image' ELSE 'embed' END,
+            CASE WHEN kind = 'image' THEN '' ELSE '::text' END, v.target_column)
+            USING keys, v.model;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        -- A source set to NULL: the vector goes too.
+        EXECUTE format('UPDATE %1$s t SET %3$I = NULL WHERE t.%2$I = ANY ($1::%4$s[]) AND t.%5$I IS NULL AND t.%3$I IS NOT NULL',
+                       v.tbl, v.key_column, v.target_column, v.key_type, v.source_column)
+            USING keys;
+        RESET ROLE;
+        DELETE FROM embed.vectorize_errors e WHERE e.vectorizer = v.id AND e.key = ANY (keys);
+        RETURN n;
+    EXCEPTION WHEN OTHERS THEN
+        GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, msg = MESSAGE_TEXT;
+    END;
+    IF array_length(keys, 1) > 1 THEN
+        half := array_length(keys, 1) / 2;
+        RETURN embed._vectorize_keys(v, keys[1:half], ids) + embed._vectorize_keys(v, keys[half + 1:], ids);
+    END IF;
+    PERFORM embed._vectorize_failed(v, keys[1], ids, state, msg);
+    RETURN 0;
+END
+$$;
+
+-- One batch of the vectorizer whose oldest ready row has waited longest: claims up to
+-- batch_size queued rows (FOR UPDATE SKIP LOCKED; a key another worker holds is left to
+-- it), embeds their keys' current source in one call, writes the vectors and deletes the
+-- claimed rows. Returns the rows claimed (0: nothing to do). The caller commits.
+CREATE FUNCTION embed._vectorize_step() RETURNS integer
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v embed.vectorizers;
+    ids bigint[];
+    keys text[];
+    n integer;
+    started timestamptz := clock_timestamp();
+    state text;
+    msg text;
+BEGIN
+    SELECT z.* INTO v
+      FROM embed.vectorizers z
+      CROSS JOIN LATERAL (SELECT min(q.id) AS first FROM embed.vectorize_queue q
+                           WHERE q.vectorizer = z.id AND (q.not_before IS NULL OR q.not_before <= now())) f
+     WHERE f.first IS NOT NULL AND (z.paused_until IS NULL OR z.paused_until <= now())
+     ORDER BY f.first LIMIT 1;
+    IF NOT FOUND THEN
+        RETURN 0;
+    END IF;
+    SELECT array_agg(c.id ORDER BY c.id), array_agg(DISTINCT c.key) INTO ids, keys
+      FROM (SELECT q.id, q.key FROM embed.vectorize_queue q
+             WHERE q.vectorizer = v.id AND (q.not_before IS NULL OR q.not_before <= now())
+               AND pg_try_advisory_xact_lock(1701667942, hashtext(v.id || ':' || q.key))
+             ORDER BY q.id LIMIT v.batch_size
+               FOR UPDATE SKIP LOCKED) c;
+    IF ids IS NULL THEN
+        RETURN 0;
+    END IF;
+    -- The model first: if it is gone, the whole vectorizer waits (its rows stay queued).
+    BEGIN
+        PERFORM embed.model_info(v.model);
+    EXCEPTION WHEN OTHERS THEN
+        GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, msg = MESSAGE_TEXT;
+        PERFORM embed._vectorize_failed(v, NULL, ids, state, msg);
+        RETURN 0;
+    END;
+    DELETE FROM embed.vectorize_errors e WHERE e.vectorizer = v.id AND e.key IS NULL;
+    n := embed._vectorize_keys(v, keys, ids);
+    -- Claimed rows of keys that failed stay queued with a backoff (or were removed).
+    DELETE FROM embed.vectorize_queue q WHERE q.id = ANY (ids)
+       AND NOT EXISTS (SELECT FROM embed.vectorize_errors e WHERE e.vectorizer = v.id AND e.key = q.key
+                         AND e.last_try = now());
+    UPDATE embed.vectorizers
+       SET rows_done = rows_done + n, last_batch_at = clock_timestamp(), last_batch_rows = n,
+           last_batch_seconds = extract(epoch FROM clock_timestamp() - started)
+     WHERE id = v.id;
+    RETURN array_length(ids, 1);
+END
+$$;
+
+-- Per vectorized column: rows queued, the last batch's rows/s, the oldest queued row's age,
+-- errors, and the database's workers.
+CREATE VIEW embed.vectorize_status AS
+SELECT v.tbl, v.target_column, v.model,
+       (SELECT count(*) FROM embed.vectorize_queue q WHERE q.vectorizer = v.id) AS queued,
+       v.rows_done,
+       v.last_batch_rows / nullif(v.last_batch_seconds, 0) AS rows_per_second,
+       clock_timestamp() - (SELECT min(q.enqueued_at) FROM embed.vectorize_queue q WHERE q.vectorizer = v.id) AS lag,
+       (SELECT count(*) FROM embed.vectorize_errors e WHERE e.vectorizer = v.id) AS errors,
+       w.pids AS worker_pids, w.states AS worker_states,
+       v.last_batch_at, v.paused_until
+  FROM embed.vectorizers v
+  CROSS JOIN LATERAL (
+      SELECT array_agg(a.pid ORDER BY a.pid) AS pids, array_agg(coalesce(a.wait_event, a.state, 'running') ORDER BY a.pid) AS states
+        FROM pg_stat_activity a
+       WHERE a.backend_type = 'pg_embed vectorize' AND a.datname = current_database()) w;
+GRANT SELECT ON embed.vectorize_status TO PUBLIC;
+
+-- embed.vectorize_wait(tbl, target_column, timeout): waits until no row of that vectorizer
+-- is queued (embedded, or failed three times); true, or false at the timeout.
+CREATE FUNCTION embed.vectorize_wait(tbl regclass, target_column text, timeout interval DEFAULT '1 minute')
+RETURNS boolean LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    vid integer;
+    deadline timestamptz := clock_timestamp() + timeout;
+BEGIN
+    SELECT id INTO vid FROM embed.vectorizers v WHERE v.tbl = vectorize_wait.tbl AND v.target_column = vectorize_wait.target_column;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'column "%" of % is not vectorized', target_column, tbl
+            USING ERRCODE = 'undefined_object';
+    END IF;
+    PERFORM embed._vectorize_launch(false);
+    LOOP
+        IF NOT EXISTS (SELECT FROM embed.vectorize_queue q WHERE q.vectorizer = vid) THEN
+            RETURN true;
+        END IF;
+        IF clock_timestamp() >= deadline THEN
+            RETURN false;
+        END IF;
+        PERFORM pg_sleep(0.02);
+    END LOOP;
+END
+$$;
