@@ -133,7 +133,14 @@ pub extern "C-unwind" fn pg_embed_vectorize_main(arg: pg_sys::Datum) {
         match step(threads) {
             Ok(n) if n > 0 => continue,
             Ok(_) => {}
-            Err(message) => log!("pg_embed vectorize worker {slot}: {message}"),
+            Err(message) => {
+                if !BackgroundWorker::transaction(installed) {
+                    // DROP EXTENSION pg_embed: nothing left to do here (exit 0: not restarted).
+                    log!("pg_embed vectorize worker {slot}: pg_embed is no longer installed; leaving");
+                    return;
+                }
+                log!("pg_embed vectorize worker {slot}: {message}");
+            }
         }
         // False when SIGTERM came (the call consumes it).
         if !BackgroundWorker::wait_latch(Some(IDLE)) {
@@ -161,8 +168,7 @@ fn terminate(db: pg_sys::Oid) -> ! {
 
 /// The first free slot of this database's workers, or None (all taken, or no pg_embed here).
 fn claim_slot() -> Option<i32> {
-    let installed = Spi::get_one::<bool>("SELECT to_regclass('embed.vectorizers') IS NOT NULL").ok().flatten();
-    if installed != Some(true) {
+    if !installed() {
         return None;
     }
     (0..guc::workers()).find(|slot| {
@@ -171,6 +177,11 @@ fn claim_slot() -> Option<i32> {
             .flatten()
             == Some(true)
     })
+}
+
+/// Whether pg_embed's vectorize tables exist in this database.
+fn installed() -> bool {
+    Spi::get_one::<bool>("SELECT to_regclass('embed.vectorizers') IS NOT NULL").ok().flatten() == Some(true)
 }
 
 /// One batch in its own transaction; an ERROR is caught and its transaction aborted.
