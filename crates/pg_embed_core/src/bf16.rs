@@ -342,8 +342,8 @@ impl Bf16Weight {
     }
 
     /// Columns of panels `panels` of out = round(x) W^T (+ bias) (+ residual), then `then`
-    /// over each finished piece of a row, with `kernel` (which must be usable), MC (or 32)
-    /// rows at a time.
+    /// over each finished piece of a row, with `kernel` (which must be usable), MC rows
+    /// (amx-bf16: AMX_ROWS) at a time.
     ///
     /// # Safety
     /// As `matmul::PackedWeight::product_panels`.
@@ -389,8 +389,10 @@ impl Bf16Weight {
                     },
                     _ => round_rows(part, k, self.pairs, xs),
                 }
-                acc.clear();
-                acc.resize(padded * NR, 0.0);
+                if kernel == Kernel::Amx {
+                    acc.clear();
+                    acc.resize(padded * NR, 0.0);
+                }
                 for panel in panels.clone() {
                     let w = &self.lines[panel * self.pairs * 2..(panel + 1) * self.pairs * 2];
                     let cols = NR.min(n - panel * NR);
@@ -451,7 +453,7 @@ pub(crate) struct Dest {
 struct Scratch {
     /// The current block's rows rounded to bfloat16 pairs.
     xs: Vec<u32>,
-    /// The block's sums for one panel, [rows, 32] (amx-bf16's tiles are stored there).
+    /// amx-bf16 only: the block's sums for one panel, [rows, 32], as its tiles are stored.
     acc: Vec<f32>,
 }
 

@@ -95,11 +95,7 @@ impl Linear {
         outputs: usize,
         inputs: usize,
     ) -> candle_core::Result<Self> {
-        if Some(weight.len()) != outputs.checked_mul(inputs) {
-            candle_core::bail!("a linear weight of {} values is not [{outputs}, {inputs}]", weight.len());
-        }
-        let weight = Weight::from_torch(weight, outputs, inputs);
-        Self::new(weight, bias, outputs, inputs)
+        Self::build(weight, bias, outputs, inputs, Weight::from_torch)
     }
 
     #[cfg(test)]
@@ -110,19 +106,26 @@ impl Linear {
         inputs: usize,
         packed: bool,
     ) -> candle_core::Result<Self> {
+        Self::build(weight, bias, outputs, inputs, |w, o, i| Weight::with_layout(w, o, i, packed))
+    }
+
+    /// Checks the sizes of `weight` and `bias`, then makes the weight with `make`.
+    fn build(
+        weight: Vec<f32>,
+        bias: Option<Vec<f32>>,
+        outputs: usize,
+        inputs: usize,
+        make: impl FnOnce(Vec<f32>, usize, usize) -> Weight,
+    ) -> candle_core::Result<Self> {
         if Some(weight.len()) != outputs.checked_mul(inputs) {
             candle_core::bail!("a linear weight of {} values is not [{outputs}, {inputs}]", weight.len());
         }
-        Self::new(Weight::with_layout(weight, outputs, inputs, packed), bias, outputs, inputs)
-    }
-
-    fn new(weight: Weight, bias: Option<Vec<f32>>, outputs: usize, inputs: usize) -> candle_core::Result<Self> {
         if let Some(b) = &bias {
             if b.len() != outputs {
                 candle_core::bail!("a linear bias of {} values for {outputs} outputs", b.len());
             }
         }
-        Ok(Linear { weight, bias: bias.map(Into::into), inputs, outputs })
+        Ok(Linear { weight: make(weight, outputs, inputs), bias: bias.map(Into::into), inputs, outputs })
     }
 
     /// Layers over the same input side by side, from torch's layout: parts of (`weight`
