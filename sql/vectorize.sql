@@ -60,6 +60,37 @@ CREATE UNIQUE INDEX vectorize_errors_key ON embed.vectorize_errors (vectorizer, 
 -- read them; every role sees the counts in embed.vectorize_status.
 GRANT SELECT ON embed.vectorizers, embed.vectorize_queue, embed.vectorize_errors TO embed_admin;
 
+-- Refuses (42501) to `what` (vectorize, unvectorize) `rel` unless the calling role (SET ROLE
+-- included) owns it, is a member of embed_admin, or is a superuser.
+CREATE FUNCTION embed._may_vectorize(rel regclass, what text)
+RETURNS void LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    caller regrole := embed._outer_role();
+BEGIN
+    IF NOT (pg_has_role(caller, (SELECT relowner FROM pg_class WHERE oid = rel), 'USAGE')
+            OR pg_has_role(caller, 'embed_admin', 'USAGE') OR (SELECT rolsuper FROM pg_roles WHERE oid = caller)) THEN
+        RAISE EXCEPTION 'permission denied to % %', what, rel
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'The table''s owner, members of embed_admin and superusers may.';
+    END IF;
+END
+$$;
+
+-- The vectorizer of `target_column` of `rel`, or an error (42704) saying it has none.
+CREATE FUNCTION embed._vectorizer(rel regclass, target_column text)
+RETURNS embed.vectorizers LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v embed.vectorizers;
+BEGIN
+    SELECT * INTO v FROM embed.vectorizers z WHERE z.tbl = rel AND z.target_column = _vectorizer.target_column;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'column "%" of % is not vectorized', target_column, rel
+            USING ERRCODE = 'undefined_object';
+    END IF;
+    RETURN v;
+END
+$$;
+
 -- The statement trigger of a vectorized table (argument: the vectorizer's id): records the
 -- keys of inserted rows, and of updated rows whose source changed. Runs as the extension's
 -- owner, so a writer needs no privilege on the queue.
@@ -97,7 +128,6 @@ CREATE FUNCTION embed.vectorize(tbl regclass, source_column text, target_column 
 RETURNS integer LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     caller regrole := embed._outer_role();
-    owner_oid oid;
     keys text[];
     key_type regtype;
     previous embed.vectorizers;
@@ -110,13 +140,7 @@ BEGIN
         RAISE EXCEPTION 'batch_size must be between 1 and 100000, not %', coalesce(batch_size::text, 'NULL')
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    SELECT relowner INTO owner_oid FROM pg_class WHERE oid = tbl;
-    IF NOT (pg_has_role(caller, owner_oid, 'USAGE') OR pg_has_role(caller, 'embed_admin', 'USAGE')
-            OR (SELECT rolsuper FROM pg_roles WHERE oid = caller)) THEN
-        RAISE EXCEPTION 'permission denied to vectorize %', tbl
-            USING ERRCODE = 'insufficient_privilege',
-                  HINT = 'The table''s owner, members of embed_admin and superusers may.';
-    END IF;
+    PERFORM embed._may_vectorize(tbl, 'vectorize');
     -- The columns, and the model's dimension against the target column's.
     PERFORM embed._check_target(tbl, model, source_column, target_column);
     SELECT array_agg(a.attname ORDER BY k.ord), (array_agg(a.atttypid ORDER BY k.ord))[1]::regtype
@@ -163,18 +187,9 @@ $$;
 CREATE FUNCTION embed.unvectorize(tbl regclass, target_column text)
 RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    caller regrole := embed._outer_role();
-    v embed.vectorizers;
+    v embed.vectorizers := embed._vectorizer(tbl, target_column);
 BEGIN
-    SELECT * INTO v FROM embed.vectorizers z WHERE z.tbl = unvectorize.tbl AND z.target_column = unvectorize.target_column;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'column "%" of % is not vectorized', target_column, tbl
-            USING ERRCODE = 'undefined_object';
-    END IF;
-    IF NOT (pg_has_role(caller, (SELECT relowner FROM pg_class WHERE oid = tbl), 'USAGE')
-            OR pg_has_role(caller, 'embed_admin', 'USAGE') OR (SELECT rolsuper FROM pg_roles WHERE oid = caller)) THEN
-        RAISE EXCEPTION 'permission denied to unvectorize %', tbl USING ERRCODE = 'insufficient_privilege';
-    END IF;
+    PERFORM embed._may_vectorize(tbl, 'unvectorize');
     EXECUTE format('DROP TRIGGER IF EXISTS %I ON %s', format('pg_embed_vectorize_%s_ins', v.id), tbl);
     EXECUTE format('DROP TRIGGER IF EXISTS %I ON %s', format('pg_embed_vectorize_%s_upd', v.id), tbl);
     DELETE FROM embed.vectorizers WHERE id = v.id;
@@ -332,14 +347,9 @@ GRANT SELECT ON embed.vectorize_status TO PUBLIC;
 CREATE FUNCTION embed.vectorize_wait(tbl regclass, target_column text, timeout interval DEFAULT '1 minute')
 RETURNS boolean LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    vid integer;
+    vid integer := (embed._vectorizer(tbl, target_column)).id;
     deadline timestamptz := clock_timestamp() + timeout;
 BEGIN
-    SELECT id INTO vid FROM embed.vectorizers v WHERE v.tbl = vectorize_wait.tbl AND v.target_column = vectorize_wait.target_column;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'column "%" of % is not vectorized', target_column, tbl
-            USING ERRCODE = 'undefined_object';
-    END IF;
     PERFORM embed._vectorize_launch(false);
     LOOP
         IF NOT EXISTS (SELECT FROM embed.vectorize_queue q WHERE q.vectorizer = vid) THEN

@@ -121,7 +121,6 @@ pub extern "C-unwind" fn pg_embed_vectorize_main(arg: pg_sys::Datum) {
         return;
     };
     log!("pg_embed vectorize worker {slot} of database {} started", db.to_u32());
-    let threads = guc::worker_threads();
     loop {
         if BackgroundWorker::sigterm_received() {
             terminate(db);
@@ -130,7 +129,8 @@ pub extern "C-unwind" fn pg_embed_vectorize_main(arg: pg_sys::Datum) {
             // SAFETY: reloads the configuration, as a backend does between statements.
             unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
         }
-        match step(threads) {
+        // Read each time: a reload (SIGHUP, above) may have changed it.
+        match step(guc::worker_threads()) {
             Ok(n) if n > 0 => continue,
             Ok(_) => {}
             Err(message) => {
