@@ -350,6 +350,10 @@ DECLARE
     vid integer := (embed._vectorizer(tbl, target_column)).id;
     deadline timestamptz := clock_timestamp() + timeout;
 BEGIN
+    IF timeout IS NULL THEN
+        RAISE EXCEPTION 'timeout must not be NULL'
+            USING ERRCODE = 'null_value_not_allowed', HINT = 'Give an interval, e.g. ''5 minutes''.';
+    END IF;
     PERFORM embed._vectorize_launch(false);
     LOOP
         IF NOT EXISTS (SELECT FROM embed.vectorize_queue q WHERE q.vectorizer = vid) THEN

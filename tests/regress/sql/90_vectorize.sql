@@ -63,6 +63,8 @@ SELECT pg_temp.err($$SELECT embed.vectorize('va_nokey', 'body', 'emb', 'minilm')
 SELECT pg_temp.err($$SELECT embed.vectorize('va_articles', 'body', 'emb', 'minilm', 0)$$);
 SELECT pg_temp.err($$SELECT embed.vectorize('va_articles', 'nope', 'emb', 'minilm')$$);
 SELECT pg_temp.err($$SELECT embed.vectorize_wait('va_nokey', 'emb', '1 second')$$);
+SELECT pg_temp.err($$SELECT embed.vectorize_wait('va_articles', 'emb', NULL)$$);
+SELECT pg_temp.err($$SELECT embed.vectorize(NULL, 'body', 'emb', 'minilm')$$);
 SELECT pg_temp.err($$SELECT embed.unvectorize('va_nokey', 'emb')$$);
 
 -- Privileges: a role that owns neither the table nor embed_admin may not vectorize it; the
