@@ -48,3 +48,17 @@ GRANT USAGE ON SEQUENCE embed.model_revision TO embed_admin;
 -- Registrations are user data: pg_dump keeps them.
 SELECT pg_catalog.pg_extension_config_dump('embed.models', '');
 SELECT pg_catalog.pg_extension_config_dump('embed.model_revision', '');
+
+-- Calls that write (embed.vectorize, embed.backfill, ...) run on the primary only: on a hot
+-- standby they stop at once, saying where to run them (as register_model does in Rust).
+CREATE FUNCTION embed._require_primary(function text)
+RETURNS void LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF pg_is_in_recovery() THEN
+        RAISE EXCEPTION '% cannot run on a hot standby: it writes to the database', function
+            USING ERRCODE = 'read_only_sql_transaction',
+                  HINT = 'Run it on the primary: what it writes reaches this standby by replication. '
+                         'embed(), classify() and the other read-only calls work here.';
+    END IF;
+END
+$$;

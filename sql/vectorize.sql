@@ -60,6 +60,14 @@ CREATE UNIQUE INDEX vectorize_errors_key ON embed.vectorize_errors (vectorizer, 
 -- read them; every role sees the counts in embed.vectorize_status.
 GRANT SELECT ON embed.vectorizers, embed.vectorize_queue, embed.vectorize_errors TO embed_admin;
 
+-- What the workers are told to do and have still to do is user data: pg_dump keeps the
+-- vectorizers, their queue and their errors (with the sequences, so restored ids go on).
+SELECT pg_catalog.pg_extension_config_dump('embed.vectorizers', '');
+SELECT pg_catalog.pg_extension_config_dump('embed.vectorizers_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('embed.vectorize_queue', '');
+SELECT pg_catalog.pg_extension_config_dump('embed.vectorize_queue_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('embed.vectorize_errors', '');
+
 -- Refuses (42501) to `what` (vectorize, unvectorize) `rel` unless the calling role (SET ROLE
 -- included) owns it, is a member of embed_admin, or is a superuser.
 CREATE FUNCTION embed._may_vectorize(rel regclass, what text)
@@ -136,6 +144,7 @@ DECLARE
     every_row boolean;
     trigger_name text;
 BEGIN
+    PERFORM embed._require_primary('embed.vectorize');
     IF batch_size IS NULL OR batch_size < 1 OR batch_size > 100000 THEN
         RAISE EXCEPTION 'batch_size must be between 1 and 100000, not %', coalesce(batch_size::text, 'NULL')
             USING ERRCODE = 'invalid_parameter_value';
@@ -187,8 +196,10 @@ $$;
 CREATE FUNCTION embed.unvectorize(tbl regclass, target_column text)
 RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    v embed.vectorizers := embed._vectorizer(tbl, target_column);
+    v embed.vectorizers;
 BEGIN
+    PERFORM embed._require_primary('embed.unvectorize');
+    v := embed._vectorizer(tbl, target_column);
     PERFORM embed._may_vectorize(tbl, 'unvectorize');
     EXECUTE format('DROP TRIGGER IF EXISTS %I ON %s', format('pg_embed_vectorize_%s_ins', v.id), tbl);
     EXECUTE format('DROP TRIGGER IF EXISTS %I ON %s', format('pg_embed_vectorize_%s_upd', v.id), tbl);

@@ -213,7 +213,8 @@ $$;
 CREATE TABLE embed.backfill_runs (
     id            bigserial PRIMARY KEY,
     relation      text NOT NULL,
-    relid         oid NOT NULL,
+    -- regclass, not oid: a dump names the table, so a restore points at the new one.
+    relid         regclass NOT NULL,
     source_column text NOT NULL,
     target_column text NOT NULL,
     model         text NOT NULL,
@@ -230,6 +231,9 @@ CREATE TABLE embed.backfill_runs (
 COMMENT ON TABLE embed.backfill_runs IS 'embed.backfill runs, as committed batch by batch; see embed.backfill_progress.';
 REVOKE ALL ON embed.backfill_runs FROM PUBLIC;
 GRANT SELECT ON embed.backfill_runs TO PUBLIC;
+-- Backfill history and progress survive pg_dump.
+SELECT pg_catalog.pg_extension_config_dump('embed.backfill_runs', '');
+SELECT pg_catalog.pg_extension_config_dump('embed.backfill_runs_id_seq', '');
 
 -- The run's own writes go through these (they only touch the caller's own run), so the
 -- caller needs no privileges on embed.backfill_runs.
@@ -252,7 +256,7 @@ $$;
 -- Progress of backfills, here and in other sessions: state is running, done, or
 -- interrupted (its session ended, or its CALL was cancelled or failed, without finishing).
 CREATE VIEW embed.backfill_progress AS
-SELECT r.id, r.relid::regclass AS relation, r.source_column, r.target_column, r.model, r.batch_size, r.pid, r.started_by,
+SELECT r.id, r.relid AS relation, r.source_column, r.target_column, r.model, r.batch_size, r.pid, r.started_by,
        r.started_at, r.updated_at, r.finished_at, r.rows_total, r.rows_done, r.batches,
        CASE
            WHEN r.finished_at IS NOT NULL THEN 'done'
@@ -299,6 +303,7 @@ DECLARE
     select_batch text;
     update_batch text;
 BEGIN
+    PERFORM embed._require_primary('embed.backfill');
     IF batch_size IS NULL OR batch_size < 1 THEN
         RAISE EXCEPTION 'batch_size must be at least 1, not %', coalesce(batch_size::text, 'NULL')
             USING ERRCODE = 'invalid_parameter_value';

@@ -106,6 +106,7 @@ pub fn get(name: &str) -> Result<(Rc<Pipeline>, catalog::ModelRow)> {
 /// `embed('org/name', ...)` for a model that is not registered but is in the hub cache,
 /// with pg_embed.auto_register on: registered as `hf:org/name` with default options.
 fn auto_register(name: &str) -> Result<(Rc<Pipeline>, catalog::ModelRow)> {
+    catalog::require_primary("auto-registration (pg_embed.auto_register)")?;
     let source = format!("hf:{name}");
     let fresh = match load(name, &source, &Options::default(), None) {
         Ok(fresh) => fresh,

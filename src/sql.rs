@@ -29,6 +29,7 @@ fn sqlerrcode(state: SqlState) -> PgSqlErrorCode {
         SqlState::InternalError => ERRCODE_INTERNAL_ERROR,
         SqlState::InvalidBinaryRepresentation => ERRCODE_INVALID_BINARY_REPRESENTATION,
         SqlState::DatatypeMismatch => ERRCODE_DATATYPE_MISMATCH,
+        SqlState::ReadOnlySqlTransaction => ERRCODE_READ_ONLY_SQL_TRANSACTION,
     }
 }
 
@@ -321,6 +322,7 @@ mod embed {
         options: default!(Option<JsonB>, "'{}'"),
     ) -> JsonB {
         require_admin("register models").or_raise();
+        catalog::require_primary("embed.register_model").or_raise();
         let name = valid_name(name).or_raise();
         let source = required(source, "source").or_raise();
         let options_json = options.map(|o| o.0).ok_or(Error::NullArgument { what: "options" }).or_raise();
@@ -350,6 +352,7 @@ mod embed {
     #[pg_extern(volatile, parallel_unsafe)]
     fn drop_model(name: Option<&str>) {
         require_admin("drop models").or_raise();
+        catalog::require_primary("embed.drop_model").or_raise();
         let name = required(name, "model name").or_raise();
         if !catalog::delete(name).or_raise() {
             raise(Error::ModelNotRegistered(name.into()));

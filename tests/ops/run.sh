@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The operational tests, in order, against a running server with pg_embed installed (make
-# test runs them on its test server after the regression suite): cancel, memory, load, sharing,
-# vectorize, and crash last (its kill -9 ends every session). all-MiniLM-L6-v2 is registered as "minilm" in
-# the database PG_EMBED_DB. OPS_LOAD_SECONDS sets the load test's length (default 20).
+# test runs them on its test server after the regression suite): cancel, memory, load,
+# sharing, vectorize, upgrade, dump and restore, hot standby, and crash last (its kill -9
+# ends every session). all-MiniLM-L6-v2 is registered as "minilm" in the database PG_EMBED_DB. OPS_LOAD_SECONDS sets the load test's length (default 20).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -16,4 +16,7 @@ here="$(dirname "${BASH_SOURCE[0]}")"
 "$here/load.sh" 8 "${OPS_LOAD_SECONDS:-20}"
 "$here/sharing.sh" 8
 "$here/vectorize.sh"
+"$here/upgrade.sh"
+"$here/dump_restore.sh"
+"$here/standby.sh"
 "$here/crash.sh"

@@ -40,6 +40,8 @@ pub enum SqlState {
     InvalidBinaryRepresentation,
     /// 42804 datatype_mismatch
     DatatypeMismatch,
+    /// 25006 read_only_sql_transaction
+    ReadOnlySqlTransaction,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -52,6 +54,10 @@ pub enum Error {
 
     #[error("permission denied to {action}")]
     PermissionDenied { action: &'static str },
+
+    /// A call that writes, on a hot standby (`function` as SQL names it).
+    #[error("{function} cannot run on a hot standby: it writes to the database")]
+    HotStandby { function: &'static str },
 
     #[error("pg_embed.model_dir is not set")]
     ModelDirNotSet,
@@ -194,6 +200,7 @@ impl Error {
             ImageDecode { .. } | EmptyImage => SqlState::InvalidBinaryRepresentation,
             ImageTooLarge { .. } => SqlState::ProgramLimitExceeded,
             WrongModality { .. } => SqlState::DatatypeMismatch,
+            HotStandby { .. } => SqlState::ReadOnlySqlTransaction,
         }
     }
 
@@ -241,6 +248,10 @@ impl Error {
                     .into(),
             ),
             WrongTask { .. } => Some("classify(), classify_labels() and rerank() need a *ForSequenceClassification checkpoint.".into()),
+            HotStandby { .. } => Some(
+                "Run it on the primary: what it writes reaches this standby by replication. embed(), classify() and the other read-only calls work here."
+                    .into(),
+            ),
             ImageTooLarge { .. } => Some(
                 "The limit guards against decompression bombs. Scale the image down, or let a superuser raise pg_embed.max_image_pixels."
                     .into(),
