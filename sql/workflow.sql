@@ -391,7 +391,15 @@ BEGIN
     END IF;
 END
 $$;
-CREATE EVENT TRIGGER embed_preload ON login EXECUTE FUNCTION embed._preload_on_login();
+-- Login event triggers exist from PostgreSQL 17 on: on 15 and 16 pg_embed.preload does not
+-- act at login (call embed.preload() instead).
+DO $$
+BEGIN
+    IF current_setting('server_version_num')::int >= 170000 THEN
+        CREATE EVENT TRIGGER embed_preload ON login EXECUTE FUNCTION embed._preload_on_login();
+    END IF;
+END
+$$;
 
 -- CREATE TRIGGER ... EXECUTE FUNCTION embed.embed_trigger(model, source, target) on a source
 -- column the model cannot embed (a bytea column for a model of text, a text column for a

@@ -163,7 +163,11 @@ fn terminate(db: pg_sys::Oid) -> ! {
     let code = if matches!(dropping, Ok(Some(true))) { 0 } else { 1 };
     // SAFETY: ends this process; code 1 asks to be restarted.
     unsafe { pg_sys::proc_exit(code) };
-    unreachable!("proc_exit returned")
+    // (PostgreSQL 15's headers declare proc_exit noreturn, later ones do not.)
+    #[allow(unreachable_code)]
+    {
+        unreachable!("proc_exit returned")
+    }
 }
 
 /// The first free slot of this database's workers, or None (all taken, or no pg_embed here).

@@ -11,12 +11,20 @@ q -c "SET client_min_messages = warning" \
   -c "CREATE EXTENSION IF NOT EXISTS pg_embed" \
   -c "SELECT embed.register_model('$MODEL', 'all-MiniLM-L6-v2')" >/dev/null
 here="$(dirname "${BASH_SOURCE[0]}")"
-"$here/cancel.sh"
-"$here/memory.sh"
-"$here/load.sh" 8 "${OPS_LOAD_SECONDS:-20}"
-"$here/sharing.sh" 8
-"$here/vectorize.sh"
-"$here/upgrade.sh"
-"$here/dump_restore.sh"
-"$here/standby.sh"
-"$here/crash.sh"
+# Each test, timed: "seconds ops name" lines into OPS_TIMES (make test lists the slowest).
+times="${OPS_TIMES:-/dev/null}"
+: >"$times"
+run() {
+    local t0=$EPOCHREALTIME
+    "$here/$1" "${@:2}"
+    awk -v a="$t0" -v b="$EPOCHREALTIME" -v n="$1" 'BEGIN { printf "%.1f ops %s\n", b - a, n }' >>"$times"
+}
+run cancel.sh
+run memory.sh
+run load.sh 8 "${OPS_LOAD_SECONDS:-20}"
+run sharing.sh 8
+run vectorize.sh
+run upgrade.sh
+run dump_restore.sh
+run standby.sh
+run crash.sh

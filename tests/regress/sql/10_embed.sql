@@ -1,5 +1,7 @@
 -- embed() as a user calls it: dimensions, unit norm, NULL, pgvector search, errors.
-CREATE EXTENSION pg_embed;
+-- requires: vector
+CREATE EXTENSION IF NOT EXISTS vector;
+SELECT extversion FROM pg_extension WHERE extname = 'vector';
 
 \i tests/regress/include/err.sql
 

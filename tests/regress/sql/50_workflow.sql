@@ -1,5 +1,7 @@
 -- The in-database workflow as a user runs it: triggers that keep a vector column filled,
 -- a resumable backfill with progress, model management and privileges.
+-- requires: vector
+CREATE EXTENSION IF NOT EXISTS vector;
 \i tests/regress/include/workflow.sql
 SELECT embed.register_model('minilm', 'all-MiniLM-L6-v2') ->> 'dim' AS dim;
 

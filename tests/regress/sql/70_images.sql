@@ -2,6 +2,8 @@
 -- multilingual CLIP text student of tests/fixtures/images (scripts/gen_image_fixtures.py),
 -- compared with transformers' / sentence-transformers' outputs recorded in golden.json;
 -- text-to-image search with pgvector; triggers and backfill on a bytea column; bad images.
+-- requires: vector
+CREATE EXTENSION IF NOT EXISTS vector;
 \i tests/regress/include/fixtures.sql
 
 CREATE TABLE golden AS

@@ -3,6 +3,8 @@
 -- embedders (lasttoken pooling, query prompt) and classifiers (a Qwen3 reranker), and
 -- EmbeddingGemma (mean pooling, two Dense heads, prompts), against transformers /
 -- sentence-transformers' outputs in golden.json, one call per input and as arrays.
+-- requires: vector
+CREATE EXTENSION IF NOT EXISTS vector;
 \i tests/regress/include/fixtures.sql
 
 CREATE TABLE golden AS

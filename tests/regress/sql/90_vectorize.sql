@@ -1,5 +1,7 @@
 -- Asynchronous embedding: embed.vectorize records changed rows in a queue that background
 -- workers embed in batches behind the writes; status, waiting, errors, privileges.
+-- requires: vector
+CREATE EXTENSION IF NOT EXISTS vector;
 \i tests/regress/include/workflow.sql
 SELECT embed.register_model('minilm', 'all-MiniLM-L6-v2') ->> 'dim' AS dim;
 
