@@ -25,7 +25,7 @@ import check_docker as cd  # noqa: E402
 
 # What the checker reads (and the Dockerfile copies).
 COPY_FILES = [
-    "Cargo.toml", "Cargo.lock", "pg_embed.control", ".dockerignore", "bench/pipeline.rs", "bench/matmul.rs",
+    "Cargo.toml", "Cargo.lock", "pg_embed.control", "build.rs", ".dockerignore", "bench/pipeline.rs", "bench/matmul.rs",
     "bench/images.rs", "bench/peak.rs",
     "crates/pg_embed_core/Cargo.toml",
 ]
