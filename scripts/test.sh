@@ -92,6 +92,9 @@ fi
 # ---- 1. pgrx tests ---------------------------------------------------------------------
 if want pgrx; then
     section "cargo pgrx test --release pg$PG_MAJOR"
+    # The test binary installs the extension with $CARGO_PGRX: in a clean environment, so
+    # that install shares the build of the dependencies (see the script).
+    export CARGO_PGRX="$REPO/scripts/cargo-pgrx-clean-env"
     if is_root; then
         # Postgres cannot run as root: pgrx runs it through `sudo -u $PG_USER`, which
         # scripts/shim/sudo provides with runuser. The data dir must be the user's.

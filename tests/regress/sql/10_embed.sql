@@ -132,3 +132,4 @@ DROP ROLE regress_embed_user;
 \c -
 SELECT v = embed('minilm', 'déjà vu, 東京, 🎉') AS same_after_reconnect FROM first_call;
 DROP TABLE first_call;
+SELECT embed.drop_model('minilm');
