@@ -149,8 +149,6 @@ pub fn delete(name: &str) -> Result<bool> {
     .map_err(spi_err)
 }
 
-/// Whether the current role may register and drop models: a superuser, or a role with the
-/// privileges of `embed_admin`.
 /// Calls that write the catalog run on the primary only: on a hot standby they fail before
 /// any work, with a message that says where to run them.
 pub fn require_primary(function: &'static str) -> Result<()> {
@@ -162,6 +160,8 @@ pub fn require_primary(function: &'static str) -> Result<()> {
     }
 }
 
+/// Whether the current role may register and drop models: a superuser, or a role with the
+/// privileges of `embed_admin`.
 pub fn is_admin() -> bool {
     // SAFETY: these read the current role and the role catalog; get_role_oid with
     // missing_ok returns InvalidOid instead of raising when the role does not exist.
