@@ -663,11 +663,13 @@ def dump(o) -> str:
     return json.dumps(o, ensure_ascii=False, separators=(", ", ": "))
 
 
-def render(header: dict, fixtures: dict) -> str:
+def render(header: dict, fixtures: dict, group: str = "fixtures") -> str:
+    """The golden file: the header's keys, then `group` (one entry per fixture), one case
+    per line block; scripts/gen_sparse_fixtures.py writes its "models" with it too."""
     lines = ["{"]
     for k, v in header.items():
         lines.append(f"  {json.dumps(k)}: {dump(v)},")
-    lines.append('  "fixtures": {')
+    lines.append(f"  {json.dumps(group)}: {{")
     names = list(fixtures)
     for fi, fname in enumerate(names):
         fx = fixtures[fname]

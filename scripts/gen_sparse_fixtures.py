@@ -473,37 +473,6 @@ def run_model2vec(folder: str, stats: dict) -> tuple[dict, list[dict]]:
     return desc, cases
 
 
-# --------------------------------------------------------------------------
-# Output
-# --------------------------------------------------------------------------
-
-def render(header: dict, models: dict) -> str:
-    dump = gen_fixtures.dump
-    lines = ["{"]
-    for k, v in header.items():
-        lines.append(f"  {json.dumps(k)}: {dump(v)},")
-    lines.append('  "models": {')
-    names = list(models)
-    for mi, mname in enumerate(names):
-        mo = models[mname]
-        lines.append(f"   {json.dumps(mname)}: {{")
-        keys = list(mo)
-        for ki, k in enumerate(keys):
-            sep = "," if ki + 1 < len(keys) else ""
-            if k == "cases":
-                lines.append('    "cases": [')
-                for ci, c in enumerate(mo["cases"]):
-                    parts = [f"      {json.dumps(ck)}: {dump(cv)}" for ck, cv in c.items()]
-                    lines.append("     {\n" + ",\n".join(parts) + "\n     }" + ("," if ci + 1 < len(mo["cases"]) else ""))
-                lines.append("    ]" + sep)
-            else:
-                lines.append(f"    {json.dumps(k)}: {dump(mo[k])}{sep}")
-        lines.append("   }" + ("," if mi + 1 < len(names) else ""))
-    lines.append("  }")
-    lines.append("}")
-    return "\n".join(lines) + "\n"
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="tests/fixtures/sparse", help="output directory (default tests/fixtures/sparse)")
@@ -640,7 +609,7 @@ def main() -> int:
         },
         "stats": dict(sorted(stats.items())),
     }
-    text = render(header, models_out)
+    text = gen_fixtures.render(header, models_out, group="models")
     if json.loads(text) != json.loads(json.dumps({**header, "models": models_out})):
         raise SystemExit("JSON round-trip mismatch")
     golden = os.path.join(out, "golden.json")
