@@ -38,7 +38,6 @@ CREATE INDEX sb_docs_hnsw ON sb_docs USING hnsw (emb vector_cosine_ops);
 SQL
 
 t0=$EPOCHREALTIME
-mkdir -p "$(dirname "$STANDBY_DATA")"
 mkdir -p "$STANDBY_DATA"
 if is_root; then chown "$PG_USER:" "$STANDBY_DATA"; fi
 chmod 700 "$STANDBY_DATA"
@@ -86,8 +85,7 @@ expect_eq "the standby's plan uses the HNSW index" 1 \
 # Writes need the primary: pg_embed's own calls say so (25006), and PostgreSQL refuses the rest.
 refused() { # refused WHAT SQL PATTERN: the statement fails on the standby with a message matching PATTERN
     local out
-    if out="$(PG_EMBED_PORT="$STANDBY_PORT" "$PGBIN/psql" -X -q -h 127.0.0.1 -p "$STANDBY_PORT" -U "$PG_SUPERUSER" \
-        -d "$PG_EMBED_DB" -v ON_ERROR_STOP=1 -v VERBOSITY=verbose -c "$2" 2>&1)"; then
+    if out="$(sq -v VERBOSITY=verbose -c "$2" 2>&1)"; then
         fail "$1 succeeded on the standby: $out"
     fi
     grep -qE "$3" <<<"$out" || fail "$1 on the standby: expected /$3/, got: $out"
