@@ -25,6 +25,10 @@ PG15_CONFIG="/usr/lib/postgresql/15/bin/pg_config"
 # dependencies instead of building them again with other flags.
 export CARGO_PGRX_DISABLE_GC_SECTIONS_WORKAROUND=1
 
+# pg_embed's version (Cargo.toml's) and the name of `make package`'s tarball (without .tar.gz).
+pg_embed_version() { sed -n 's/^version = "\(.*\)"$/\1/p' "$REPO/Cargo.toml" | head -n 1; }
+pg_embed_package_name() { echo "pg_embed-$(pg_embed_version)-pg$PG_MAJOR-linux-$(uname -m)"; }
+
 # PostgreSQL server settings.
 PG_EMBED_PORT="${PG_EMBED_PORT:-28818}"
 PG_EMBED_DB="${PG_EMBED_DB:-postgres}"

@@ -11,8 +11,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 "$REPO/scripts/bootstrap.sh" >/dev/null
 pg_embed_resolve_paths
 cd "$REPO"
-version="$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)"
-name="pg_embed-$version-pg$PG_MAJOR-linux-$(uname -m)"
+version="$(pg_embed_version)"
+name="$(pg_embed_package_name)"
 step "make package: $name.tar.gz"
 
 t0=$EPOCHREALTIME

@@ -11,8 +11,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 
 t_all=$EPOCHREALTIME
 "$REPO/scripts/package.sh"
-version="$(sed -n 's/^version = "\(.*\)"$/\1/p' "$REPO/Cargo.toml" | head -n 1)"
-name="pg_embed-$version-pg18-linux-$(uname -m)"
+name="$(pg_embed_package_name)"
 tarball="$REPO/target/package/$name.tar.gz"
 "$REPO/scripts/fetch_model.sh" >/dev/null
 
