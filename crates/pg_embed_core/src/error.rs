@@ -97,6 +97,10 @@ pub enum Error {
     #[error("model is for {task}, not {call}")]
     WrongTask { task: &'static str, call: &'static str },
 
+    /// A sparse model called through embed(), or a dense one through embed_sparse().
+    #[error("this model gives {gives}: call {instead}(), not {call}()")]
+    WrongOutput { gives: &'static str, call: &'static str, instead: &'static str },
+
     #[error("this model's tokenizer has no sentence-pair template")]
     NoPairTemplate,
 
@@ -194,7 +198,7 @@ impl Error {
             Io { .. } | SharedWeights { .. } => SqlState::IoError,
             InvalidFile { .. } => SqlState::DataCorrupted,
             Tokenize(_) => SqlState::DataException,
-            WrongTask { .. } | NotACrossEncoder { .. } => SqlState::WrongObjectType,
+            WrongTask { .. } | WrongOutput { .. } | NotACrossEncoder { .. } => SqlState::WrongObjectType,
             NullArgument { .. } | NullElement { .. } => SqlState::NullValueNotAllowed,
             Inference(_) | Catalog(_) => SqlState::InternalError,
             ImageDecode { .. } | EmptyImage => SqlState::InvalidBinaryRepresentation,
@@ -248,6 +252,13 @@ impl Error {
                     .into(),
             ),
             WrongTask { .. } => Some("classify(), classify_labels() and rerank() need a *ForSequenceClassification checkpoint.".into()),
+            WrongOutput { instead: "embed_sparse", .. } => Some(
+                "A sparse encoder (SPLADE) gives a weight per vocabulary id: embed_sparse(model, input)::sparsevec, or embed.sparse_terms(model, input) to read its terms.".into(),
+            ),
+            WrongOutput { instead: "embed", .. } => Some(
+                "embed(model, input) gives this model's dense vector (real[], castable to vector).".into(),
+            ),
+            WrongOutput { .. } => None,
             HotStandby { .. } => Some(
                 "Run it on the primary: what it writes reaches this standby by replication. embed(), classify() and the other read-only calls work here."
                     .into(),

@@ -43,6 +43,13 @@ pub struct Options {
     /// The numbers the backbone's linear layers compute with (default: float32).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub precision: Option<Precision>,
+    /// Sparse models: keep the `max_terms` largest weights of each vector (1 to 16,000,
+    /// pgvector's limit; its HNSW index takes at most 1,000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_terms: Option<usize>,
+    /// Sparse models: drop weights below `min_weight` (a finite number, at least 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_weight: Option<f32>,
 }
 
 /// `precision`: float32, exactly as the reference computes; or bfloat16, where the

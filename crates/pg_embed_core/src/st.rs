@@ -58,6 +58,15 @@ enum Kind {
     Pooling,
     Dense,
     Normalize,
+    /// A token embedding table averaged (sentence-transformers' StaticEmbedding).
+    StaticEmbedding,
+    /// A transformer with its masked-language-model head (SparseEncoder's MLMTransformer).
+    MlmTransformer,
+    SpladePooling,
+    /// The query side of an inference-free sparse encoder: one weight per token.
+    SparseStaticEmbedding,
+    /// Routes inputs to module lists by task (an inference-free sparse encoder).
+    Router,
 }
 
 /// Module class paths as modules.json stores them: sentence-transformers < 6 and 6.x.
@@ -70,9 +79,23 @@ const MODULES: &[(&str, Kind)] = &[
     ("sentence_transformers.base.modules.dense.Dense", Kind::Dense),
     ("sentence_transformers.models.Normalize", Kind::Normalize),
     ("sentence_transformers.base.modules.normalize.Normalize", Kind::Normalize),
+    ("sentence_transformers.models.StaticEmbedding", Kind::StaticEmbedding),
+    ("sentence_transformers.sentence_transformer.modules.static_embedding.StaticEmbedding", Kind::StaticEmbedding),
+    ("sentence_transformers.sparse_encoder.models.MLMTransformer", Kind::MlmTransformer),
+    ("sentence_transformers.sparse_encoder.modules.mlm_transformer.MLMTransformer", Kind::MlmTransformer),
+    ("sentence_transformers.sparse_encoder.models.SpladePooling", Kind::SpladePooling),
+    ("sentence_transformers.sparse_encoder.modules.splade_pooling.SpladePooling", Kind::SpladePooling),
+    ("sentence_transformers.sparse_encoder.models.SparseStaticEmbedding", Kind::SparseStaticEmbedding),
+    (
+        "sentence_transformers.sparse_encoder.modules.sparse_static_embedding.SparseStaticEmbedding",
+        Kind::SparseStaticEmbedding,
+    ),
+    ("sentence_transformers.models.Router", Kind::Router),
+    ("sentence_transformers.base.modules.router.Router", Kind::Router),
 ];
-const SUPPORTED_MODULES: &str =
-    "Transformer, Pooling, Dense, Normalize (sentence_transformers.models.* or their 6.x paths)";
+const SUPPORTED_MODULES: &str = "Transformer, Pooling, Dense, Normalize, StaticEmbedding, MLMTransformer, \
+     SpladePooling, and a Router of SparseStaticEmbedding and MLMTransformer + SpladePooling \
+     (sentence_transformers.models.* and sparse_encoder.models.* or their 6.x paths)";
 
 /// sentence_bert_config.json (the Transformer module's own settings).
 #[derive(Debug, Default, Deserialize)]
@@ -133,9 +156,65 @@ pub struct PoolingModule {
     pub path: PathBuf,
 }
 
+/// What the first module computes per token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Encoder {
+    /// A transformer's last hidden states (Transformer; a folder without modules.json).
+    Transformer,
+    /// A transformer's masked-language-model logits over the vocabulary (MLMTransformer).
+    MaskedLm,
+    /// Rows of a token embedding table: sentence-transformers' StaticEmbedding.
+    Static,
+    /// The same, as model2vec saves and computes it (see [`Layout::read`]).
+    Model2Vec,
+}
+
+/// SpladePooling's config.json.
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+pub struct SpladeConfig {
+    /// "max" or "sum" over the tokens.
+    #[serde(default = "splade_max")]
+    pub pooling_strategy: String,
+    /// "relu": log(1 + relu(x)); "log1p_relu": log(1 + log(1 + relu(x))).
+    #[serde(default = "splade_relu")]
+    pub activation_function: String,
+    /// Saved as null by sentence-transformers (the vocabulary size comes from the MLM head).
+    #[serde(default)]
+    pub embedding_dimension: Option<usize>,
+}
+
+fn splade_max() -> String {
+    "max".into()
+}
+
+fn splade_relu() -> String {
+    "relu".into()
+}
+
+/// The sparse side of a SparseEncoder directory.
+#[derive(Debug)]
+pub struct SparseLayout {
+    /// The SpladePooling module after the MLMTransformer.
+    pub pooling: SpladeConfig,
+    pub pooling_path: PathBuf,
+    /// An inference-free model's query route (a Router): its name and its
+    /// SparseStaticEmbedding folder.
+    pub query: Option<(String, PathBuf)>,
+    /// The Router's route names: the document route (the MLM one), and the route taken when
+    /// no task is given (`default_route`).
+    pub document_route: Option<String>,
+    pub default_route: Option<String>,
+}
+
 /// What a sentence-transformers directory says about the pipeline.
 #[derive(Debug)]
 pub struct Layout {
+    /// What the first module is.
+    pub encoder: Encoder,
+    /// SpladePooling and the Router's query side (sparse encoders).
+    pub sparse: Option<SparseLayout>,
+    /// model2vec's config.json (`normalize`, `max_length`), for a model2vec folder.
+    pub model2vec: Option<Model2VecConfig>,
     /// Folder holding config.json, the weights and the tokenizer.
     pub backbone_dir: PathBuf,
     pub transformer: TransformerConfig,
@@ -148,39 +227,121 @@ pub struct Layout {
     pub prompts: ModelConfig,
 }
 
+/// model2vec's config.json.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Model2VecConfig {
+    /// Whether `encode` L2-normalises (model2vec's default: false).
+    #[serde(default)]
+    pub normalize: bool,
+    /// Tokens kept per input; null: all (model2vec's default when the key is missing: 512).
+    #[serde(default = "model2vec_max_length")]
+    pub max_length: Option<usize>,
+}
+
+fn model2vec_max_length() -> Option<usize> {
+    Some(512)
+}
+
+/// A model2vec folder: config.json with no `model_type` and the table under model2vec's
+/// tensor name `embeddings` (sentence-transformers' StaticEmbedding saves
+/// `embedding.weight` and no config.json).
+fn model2vec_config(dir: &Path) -> Result<Option<Model2VecConfig>> {
+    #[derive(Deserialize)]
+    struct Tag {
+        model_type: Option<String>,
+    }
+    let config = dir.join("config.json");
+    let Some(Tag { model_type: None }) = read_json_opt::<Tag>(&config)? else { return Ok(None) };
+    let weights = dir.join("model.safetensors");
+    if !weights.exists() || !crate::weights::safetensors_shapes(&weights)?.contains_key("embeddings") {
+        return Ok(None);
+    }
+    read_json(&config).map(Some)
+}
+
 impl Layout {
+    /// Reads modules.json and the modules' configs. A folder without modules.json is a
+    /// plain Hugging Face backbone, or a model2vec model (its config.json has no
+    /// `model_type`). A model2vec folder is computed as model2vec computes it even when
+    /// it ships a modules.json for sentence-transformers: its tokenizer truncates at
+    /// config.json's `max_length`, the unknown token is dropped before the mean, and
+    /// config.json's `normalize` decides the normalisation.
     pub fn read(dir: &Path) -> Result<Self> {
         let modules_path = dir.join("modules.json");
-        let Some(modules) = read_json_opt::<Vec<ModuleEntry>>(&modules_path)? else {
-            return Ok(Layout {
-                backbone_dir: dir.to_path_buf(),
-                transformer: read_json_opt(&dir.join("sentence_bert_config.json"))?.unwrap_or_default(),
-                pooling: None,
-                dense: Vec::new(),
-                normalize: false,
-                prompts: ModelConfig::default(),
-            });
-        };
-        let mut layout = Layout {
+        let model2vec = model2vec_config(dir)?;
+        let empty = |encoder| Layout {
+            encoder,
+            sparse: None,
+            model2vec: None,
             backbone_dir: dir.to_path_buf(),
             transformer: TransformerConfig::default(),
             pooling: None,
             dense: Vec::new(),
             normalize: false,
-            prompts: read_json_opt(&dir.join("config_sentence_transformers.json"))?.unwrap_or_default(),
+            prompts: ModelConfig::default(),
         };
+        if let Some(config) = model2vec {
+            let normalize = config.normalize;
+            return Ok(Layout { model2vec: Some(config), normalize, ..empty(Encoder::Model2Vec) });
+        }
+        let Some(modules) = read_json_opt::<Vec<ModuleEntry>>(&modules_path)? else {
+            return Ok(Layout {
+                transformer: read_json_opt(&dir.join("sentence_bert_config.json"))?.unwrap_or_default(),
+                ..empty(Encoder::Transformer)
+            });
+        };
+        let mut layout = Layout {
+            prompts: read_json_opt(&dir.join("config_sentence_transformers.json"))?.unwrap_or_default(),
+            ..empty(Encoder::Transformer)
+        };
+        let kind_of = |module: &ModuleEntry| MODULES.iter().find(|(path, _)| *path == module.kind).map(|(_, k)| *k);
+        if let [only] = modules.as_slice() {
+            if kind_of(only) == Some(Kind::Router) {
+                layout.read_router(&safe_join(dir, &only.path, &modules_path)?)?;
+                return Ok(layout);
+            }
+        }
         let mut seen_transformer = false;
         for (i, module) in modules.iter().enumerate() {
             let folder = safe_join(dir, &module.path, &modules_path)?;
-            let kind = MODULES.iter().find(|(path, _)| *path == module.kind).map(|(_, k)| *k);
+            let kind = kind_of(module);
             match kind {
-                Some(Kind::Transformer) if i == 0 => {
+                Some(Kind::Transformer | Kind::MlmTransformer) if i == 0 => {
                     seen_transformer = true;
                     layout.transformer =
                         read_json_opt(&folder.join("sentence_bert_config.json"))?.unwrap_or_default();
                     layout.backbone_dir = folder;
+                    if kind == Some(Kind::MlmTransformer) {
+                        layout.encoder = Encoder::MaskedLm;
+                    }
                 }
-                Some(Kind::Pooling) if seen_transformer && layout.pooling.is_none() && !layout.normalize => {
+                Some(Kind::StaticEmbedding) if i == 0 => {
+                    seen_transformer = true;
+                    layout.encoder = Encoder::Static;
+                    layout.backbone_dir = folder;
+                }
+                Some(Kind::SpladePooling) if layout.encoder == Encoder::MaskedLm && layout.sparse.is_none() => {
+                    let path = folder.join("config.json");
+                    layout.sparse = Some(SparseLayout {
+                        pooling: read_json(&path)?,
+                        pooling_path: path,
+                        query: None,
+                        document_route: None,
+                        default_route: None,
+                    });
+                }
+                // A StaticEmbedding pools (its mean) itself.
+                Some(Kind::Dense)
+                    if (layout.pooling.is_some() || layout.encoder == Encoder::Static) && !layout.normalize =>
+                {
+                    layout.dense.push(folder)
+                }
+                Some(Kind::Pooling)
+                    if layout.encoder == Encoder::Transformer
+                        && seen_transformer
+                        && layout.pooling.is_none()
+                        && !layout.normalize =>
+                {
                     let path = folder.join("config.json");
                     let cfg: PoolingConfig = read_json(&path)?;
                     let modes = pooling_modes(&cfg, &path)?;
@@ -191,12 +352,11 @@ impl Layout {
                         path,
                     });
                 }
-                Some(Kind::Dense) if layout.pooling.is_some() && !layout.normalize => {
-                    layout.dense.push(folder)
-                }
                 // Sentence-transformers builds Normalize without reading its folder,
                 // which released models often do not ship.
-                Some(Kind::Normalize) if seen_transformer => layout.normalize = true,
+                Some(Kind::Normalize) if seen_transformer && layout.encoder != Encoder::MaskedLm => {
+                    layout.normalize = true
+                }
                 Some(_) => {
                     return Err(Error::invalid_file(
                         &modules_path,
@@ -217,13 +377,78 @@ impl Layout {
         if !seen_transformer {
             return Err(Error::invalid_file(&modules_path, "the first module is not a Transformer"));
         }
+        if layout.encoder == Encoder::MaskedLm && layout.sparse.is_none() {
+            return Err(Error::invalid_file(&modules_path, "an MLMTransformer without a SpladePooling after it"));
+        }
         Ok(layout)
+    }
+
+    /// An inference-free sparse encoder: a Router (router_config.json) with one route of a
+    /// SparseStaticEmbedding (the query side: a weight per token, no model run) and one of
+    /// an MLMTransformer and a SpladePooling (the document side).
+    fn read_router(&mut self, folder: &Path) -> Result<()> {
+        #[derive(Deserialize)]
+        struct RouterConfig {
+            types: BTreeMap<String, String>,
+            structure: BTreeMap<String, Vec<String>>,
+            #[serde(default)]
+            parameters: RouterParameters,
+        }
+        #[derive(Default, Deserialize)]
+        struct RouterParameters {
+            default_route: Option<String>,
+        }
+        let path = folder.join("router_config.json");
+        let config: RouterConfig = read_json(&path)?;
+        let kind = |name: &str| {
+            let class = config.types.get(name).map(String::as_str).unwrap_or_default();
+            MODULES.iter().find(|(p, _)| *p == class).map(|(_, k)| *k)
+        };
+        let (mut query, mut document) = (None, None);
+        for (route, modules) in &config.structure {
+            let kinds: Vec<Option<Kind>> = modules.iter().map(|m| kind(m)).collect();
+            match kinds.as_slice() {
+                [Some(Kind::SparseStaticEmbedding)] if query.is_none() => {
+                    query = Some((route.clone(), safe_join(folder, &modules[0], &path)?))
+                }
+                [Some(Kind::MlmTransformer), Some(Kind::SpladePooling)] if document.is_none() => {
+                    document = Some((route.clone(), safe_join(folder, &modules[0], &path)?, safe_join(folder, &modules[1], &path)?))
+                }
+                _ => {
+                    return Err(Error::Unsupported {
+                        what: "Router route",
+                        value: format!("{route}: {}", modules.join(", ")),
+                        path,
+                        supported: "a route of SparseStaticEmbedding (query) and one of MLMTransformer, SpladePooling (document)",
+                    })
+                }
+            }
+        }
+        let Some((document_route, mlm, splade)) = document else {
+            return Err(Error::invalid_file(&path, "no route of MLMTransformer and SpladePooling"));
+        };
+        let default_route = config.parameters.default_route;
+        if let Some(route) = default_route.as_ref().filter(|r| !config.structure.contains_key(*r)) {
+            return Err(Error::invalid_file(&path, format!("default_route \"{route}\" is not a route")));
+        }
+        self.encoder = Encoder::MaskedLm;
+        self.transformer = read_json_opt(&mlm.join("sentence_bert_config.json"))?.unwrap_or_default();
+        self.backbone_dir = mlm;
+        let pooling_path = splade.join("config.json");
+        self.sparse = Some(SparseLayout {
+            pooling: read_json(&pooling_path)?,
+            pooling_path,
+            query,
+            document_route: Some(document_route),
+            default_route,
+        });
+        Ok(())
     }
 }
 
 fn safe_join(dir: &Path, sub: &str, file: &Path) -> Result<PathBuf> {
     let p = Path::new(sub);
-    if p.components().all(|c| matches!(c, std::path::Component::Normal(_))) {
+    if p.components().all(|c| matches!(c, std::path::Component::Normal(_) | std::path::Component::CurDir)) {
         Ok(dir.join(p))
     } else {
         Err(Error::invalid_file(file, format!("module path \"{sub}\" leaves the model directory")))

@@ -23,9 +23,23 @@ pub fn weight_bytes(dir: &Path) -> Result<u64> {
     Ok(total)
 }
 
-/// Bytes of all tensors of a safetensors file as f32, from its header: an 8-byte
-/// little-endian length, then that many bytes of JSON naming each tensor's shape.
+/// Bytes of all tensors of a safetensors file as f32, from its header (see
+/// [`safetensors_shapes`]).
 fn safetensors_f32_bytes(path: &Path) -> Result<u64> {
+    let mut total = 0u64;
+    for (name, shape) in safetensors_shapes(path)? {
+        let elements = shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d));
+        total = elements
+            .and_then(|n| n.checked_mul(4))
+            .and_then(|b| total.checked_add(b))
+            .ok_or_else(|| Error::invalid_file(path, format!("{name}: shape {shape:?} overflows")))?;
+    }
+    Ok(total)
+}
+
+/// Every tensor's shape, by name, from a safetensors file's header alone: an 8-byte
+/// little-endian length, then that many bytes of JSON. Nothing is read for the tensors.
+pub fn safetensors_shapes(path: &Path) -> Result<HashMap<String, Vec<u64>>> {
     use std::io::Read;
     /// Headers are kilobytes; a larger length is a corrupt file, not a reason to allocate.
     const MAX_HEADER: u64 = 100 << 20;
@@ -47,17 +61,14 @@ fn safetensors_f32_bytes(path: &Path) -> Result<u64> {
     let mut tensors: HashMap<String, serde_json::Value> =
         serde_json::from_slice(&header).map_err(|e| Error::invalid_file(path, e))?;
     tensors.remove("__metadata__");
-    let mut total = 0u64;
-    for (name, value) in tensors {
-        let entry: Entry =
-            serde_json::from_value(value).map_err(|e| Error::invalid_file(path, format!("{name}: {e}")))?;
-        let elements = entry.shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d));
-        total = elements
-            .and_then(|n| n.checked_mul(4))
-            .and_then(|b| total.checked_add(b))
-            .ok_or_else(|| Error::invalid_file(path, format!("{name}: shape {:?} overflows", entry.shape)))?;
-    }
-    Ok(total)
+    tensors
+        .into_iter()
+        .map(|(name, value)| {
+            let entry: Entry =
+                serde_json::from_value(value).map_err(|e| Error::invalid_file(path, format!("{name}: {e}")))?;
+            Ok((name, entry.shape))
+        })
+        .collect()
 }
 
 /// Reads a safetensors file into memory as f32 tensors (no mmap: a file changed under a

@@ -31,6 +31,7 @@ pub mod nomic_bert;
 pub mod qwen2;
 pub mod qwen3;
 pub mod roberta;
+pub mod static_embedding;
 pub mod t5;
 pub mod vision;
 pub mod vit;
@@ -278,6 +279,14 @@ impl BackboneConfig {
         };
         let (config, summary) = (row.parse)(bytes).map_err(|e| Error::invalid_file(path, e))?;
         Ok(BackboneConfig { architecture: row.model_type, config, summary })
+    }
+
+    /// A static embedding model (no config.json): the table's shape from the safetensors
+    /// header of `dir`; `architecture` names the layout ("static_embedding", "model2vec").
+    pub fn static_embedding(dir: &std::path::Path, architecture: &'static str) -> Result<Self> {
+        let config = static_embedding::Config::read(dir)?;
+        let summary = serde_json::to_value(&config).map_err(|e| Error::invalid_file(dir, e))?;
+        Ok(BackboneConfig { architecture, config: Box::new(config), summary })
     }
 
     /// config.json's `model_type`.

@@ -17,10 +17,14 @@ impl Stats {
     }
 }
 
+/// `threads` for [`in_batches`]: no compute threads, each batch runs on the calling thread
+/// (static models, whose batches cost little more than their tokenization).
+pub(super) const CALLING_THREAD: usize = 0;
+
 /// `run` over the inputs (of `lengths` tokens) in length-grouped batches of at most
 /// `max_batch_tokens` padded-equivalent tokens (see [`length_batches`]), each on `threads`
-/// compute threads, with `before_batch` on the calling thread before each (interrupt
-/// checks); one result per input, in input order.
+/// compute threads (or on the calling thread: [`CALLING_THREAD`]), with `before_batch` on
+/// the calling thread before each (interrupt checks); one result per input, in input order.
 pub(super) fn in_batches<T: Send>(
     lengths: &[usize],
     max_batch_tokens: usize,
@@ -31,7 +35,10 @@ pub(super) fn in_batches<T: Send>(
     let mut out: Vec<Option<T>> = std::iter::repeat_with(|| None).take(lengths.len()).collect();
     for batch in length_batches(lengths, max_batch_tokens) {
         before_batch()?;
-        let results = crate::threads::run(threads, || run(&batch))??;
+        let results = match threads {
+            CALLING_THREAD => run(&batch)?,
+            _ => crate::threads::run(threads, || run(&batch))??,
+        };
         for (i, r) in batch.into_iter().zip(results) {
             out[i] = Some(r);
         }

@@ -10,16 +10,18 @@ use tokenizers::{PostProcessor, TruncationParams};
 
 use super::text::{check_token_ids, load_tokenizer, passes_type_ids, prompt_length, tokenizer_max_length};
 use super::text::{Prompt, Text};
-use super::{known_prompts, Input, Pipeline, PipelineInfo, Share, Sharing, Stats};
+use super::{known_prompts, Input, Pipeline, PipelineInfo, Share, Sharing, SparseStage, Stats};
 use crate::classifier::{Classifier, HeadConfig};
 use crate::error::{Error, Result};
 use crate::heads::Dense;
+use crate::mlm::{MlmConfig, MlmHead};
+use crate::sparse::{QueryRoute, Selection, Splade, SPARSEVEC_MAX_NNZ};
 use crate::models::{BackboneConfig, Modality};
 use crate::options::{LongInput, Options};
 use crate::pooling::PoolingMode;
 use crate::processor::ImageProcessor;
 use crate::prepared::{key, KeyOf, Outcome, Store};
-use crate::st::Layout;
+use crate::st::{Encoder, Layout};
 
 impl Pipeline {
     /// Loads a model directory (sentence-transformers or plain Hugging Face layout).
@@ -40,22 +42,44 @@ impl Pipeline {
         crate::threads::fix_mmap_threshold();
         let layout = Layout::read(dir)?;
         let bdir = layout.backbone_dir.as_path();
+        let sparse = layout.sparse.is_some();
+        let is_static = matches!(layout.encoder, Encoder::Static | Encoder::Model2Vec);
 
-        let config_path = bdir.join("config.json");
-        let config_bytes = std::fs::read(&config_path).map_err(|e| Error::io(&config_path, e))?;
-        let config = BackboneConfig::parse(&config_path, &config_bytes)?;
-        let head_config: HeadConfig =
-            serde_json::from_slice(&config_bytes).map_err(|e| Error::invalid_file(&config_path, e))?;
+        // A static model has no config.json: its table's shape is its config.
+        let (config, config_path, head_config, mlm_config) = if is_static {
+            let architecture = if layout.encoder == Encoder::Model2Vec { "model2vec" } else { "static_embedding" };
+            let config = BackboneConfig::static_embedding(bdir, architecture)?;
+            (config, bdir.join("model.safetensors"), HeadConfig::default(), None)
+        } else {
+            let config_path = bdir.join("config.json");
+            let config_bytes = std::fs::read(&config_path).map_err(|e| Error::io(&config_path, e))?;
+            let config = BackboneConfig::parse(&config_path, &config_bytes)?;
+            let head_config: HeadConfig =
+                serde_json::from_slice(&config_bytes).map_err(|e| Error::invalid_file(&config_path, e))?;
+            let mlm_config: Option<MlmConfig> = if sparse {
+                Some(serde_json::from_slice(&config_bytes).map_err(|e| Error::invalid_file(&config_path, e))?)
+            } else {
+                None
+            };
+            (config, config_path, head_config, mlm_config)
+        };
         let classify = match options.task.as_deref() {
             Some("embed") => false,
+            Some("classify") if sparse || is_static => {
+                return Err(Error::InvalidOptions(format!(
+                    "task \"classify\" needs a *ForSequenceClassification checkpoint; this is a {} model",
+                    if sparse { "sparse (SPLADE)" } else { "static embedding" }
+                )))
+            }
             Some("classify") => true,
-            None => head_config.classification_architecture().is_some(),
+            None => !sparse && head_config.classification_architecture().is_some(),
             Some(other) => {
                 return Err(Error::InvalidOptions(format!(
                     "unknown task \"{other}\"; expected embed or classify"
                 )))
             }
         };
+        let selection = check_sparse_options(options, sparse)?;
         if classify {
             let embedding_only = [
                 ("pooling", options.pooling.is_some()),
@@ -103,6 +127,14 @@ impl Pipeline {
         let (pooling, pooling_from) = match (&options.pooling, &layout.pooling) {
             // A classifier's head does its own pooling.
             _ if classify => (Vec::new(), "none (the classification head pools)".to_string()),
+            // SpladePooling pools the MLM head's logits (see `sparse` in model_info).
+            _ if sparse => {
+                let splade = layout.sparse.as_ref().map(|s| s.pooling_path.display().to_string());
+                (Vec::new(), format!("SpladePooling ({})", splade.unwrap_or_default()))
+            }
+            (None, None) if is_static => {
+                (vec![PoolingMode::Mean], "the static model's mean of its token embeddings".into())
+            }
             (Some(spec), _) => (parse_pooling(&spec.to_vec())?, "options".to_string()),
             (None, Some(module)) => (module.modes.clone(), module.path.display().to_string()),
             (None, None) => {
@@ -119,7 +151,8 @@ impl Pipeline {
         }
 
         let build = || {
-            build_weights(root, dir, bdir, options, &config, &head_config, &config_path, classify, &pooling, &layout)
+            let parts = Parts { config: &config, head_config: &head_config, mlm_config: mlm_config.as_ref() };
+            build_weights(root, dir, bdir, options, &parts, &config_path, classify, &pooling, &layout)
         };
         // The input stages (the tokenizer's JSON: most of a load from the shared file) load
         // on a thread of their own while this one maps or builds the weights (and may wait,
@@ -128,8 +161,12 @@ impl Pipeline {
             let inputs = scope.spawn(|| -> Result<_> {
                 let text =
                     if modality.takes_text() { Some(load_text(bdir, &config, &layout, options)?) } else { None };
+                let query = match layout.sparse.as_ref().and_then(|s| s.query.as_ref()) {
+                    Some((name, folder)) => Some(QueryRoute::load(name, folder, config.vocab_size())?),
+                    None => None,
+                };
                 let images = if modality.takes_images() { Some(load_image_processor(bdir)?) } else { None };
-                Ok((text, images))
+                Ok((text, images, query))
             });
             let weights = match share {
                 None => build().map(|w| (Arc::new(w), Sharing::default())),
@@ -137,12 +174,27 @@ impl Pipeline {
             };
             (inputs.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)), weights)
         });
-        let (text, images) = inputs?;
+        let (text, images, query) = inputs?;
         let (weights, sharing) = weights?;
-        let Weights { backbone, classifier, heads, parameters } = &*weights;
+        let Weights { backbone, classifier, heads, parameters, mlm } = &*weights;
         let parameters = *parameters;
+        let sparse = match (&layout.sparse, mlm) {
+            (Some(layout), Some(mlm)) => Some(SparseStage {
+                splade: Splade::from_config(&layout.pooling, &layout.pooling_path)?,
+                vocab: mlm.vocab_size(),
+                selection,
+                query,
+                document_route: layout.document_route.clone(),
+                default_route: layout.default_route.clone(),
+            }),
+            (Some(_), None) => return Err(Error::invalid_file(bdir, "the sparse model's MLM head is missing from its weights")),
+            _ => None,
+        };
         // The heads' sizes were checked in order when the weights were built.
-        let dim = heads.last().map_or_else(|| pooled_dim(&pooling, backbone.as_ref(), &config), |h| h.out_features);
+        let dim = match &sparse {
+            Some(s) => s.vocab,
+            None => heads.last().map_or_else(|| pooled_dim(&pooling, backbone.as_ref(), &config), |h| h.out_features),
+        };
         let classifier = classifier.as_ref();
         let dimensions = match options.dimensions {
             Some(0) => return Err(Error::InvalidOptions("dimensions must be at least 1".into())),
@@ -162,7 +214,12 @@ impl Pipeline {
             None => (0, false, BTreeMap::new(), None, true),
         };
         let info = PipelineInfo {
-            task: if classifier.is_some() { "classify" } else { "embed" },
+            task: match (classifier, &sparse) {
+                (Some(_), _) => "classify",
+                (None, Some(_)) => "sparse",
+                (None, None) => "embed",
+            },
+            sparse: sparse.as_ref().map(|s| s.describe(mlm.as_ref())),
             classifier: classifier.map(Classifier::describe),
             labels: classifier.map(|c| c.labels.clone()),
             problem_type: classifier.map(|c| c.problem),
@@ -190,6 +247,8 @@ impl Pipeline {
         let input = Input { text: text.map(|(t, _, _)| t), images };
         Ok(Pipeline {
             input,
+            sparse,
+            is_static,
             long_input: options.long_input.unwrap_or_default(),
             stats: Stats::default(),
             hidden_size: config.hidden_size(),
@@ -212,6 +271,55 @@ pub(crate) struct Weights {
     pub heads: Vec<Dense>,
     /// Parameters of the backbone's checkpoint and the heads.
     pub parameters: usize,
+    /// A sparse encoder's masked-language-model head.
+    pub mlm: Option<MlmHead>,
+}
+
+/// The parsed configs the weights are built from.
+struct Parts<'a> {
+    config: &'a BackboneConfig,
+    head_config: &'a HeadConfig,
+    /// A sparse encoder's: what its MLM head reads.
+    mlm_config: Option<&'a MlmConfig>,
+}
+
+/// `max_terms` and `min_weight` checked (sparse models only), and the options a sparse
+/// model has no use for refused.
+fn check_sparse_options(options: &Options, sparse: bool) -> Result<Selection> {
+    if !sparse {
+        if let Some(key) = [("max_terms", options.max_terms.is_some()), ("min_weight", options.min_weight.is_some())]
+            .iter()
+            .find_map(|(k, set)| set.then_some(*k))
+        {
+            return Err(Error::InvalidOptions(format!(
+                "option \"{key}\" applies to sparse models (SPLADE); this one gives dense vectors"
+            )));
+        }
+        return Ok(Selection::default());
+    }
+    let dense_only = [
+        ("pooling", options.pooling.is_some()),
+        ("normalize", options.normalize.is_some()),
+        ("dimensions", options.dimensions.is_some()),
+        ("heads", options.heads.is_some()),
+        ("include_prompt", options.include_prompt.is_some()),
+        ("precision", options.precision.is_some_and(|p| p != crate::options::Precision::Float32)),
+        ("long_input: mean_of_chunks", options.long_input == Some(LongInput::MeanOfChunks)),
+    ];
+    if let Some((key, _)) = dense_only.iter().find(|(_, set)| *set) {
+        return Err(Error::InvalidOptions(format!(
+            "option \"{key}\" applies to dense embedding models; this one is sparse (SPLADE)"
+        )));
+    }
+    if let Some(k) = options.max_terms.filter(|k| !(1..=SPARSEVEC_MAX_NNZ).contains(k)) {
+        return Err(Error::InvalidOptions(format!(
+            "max_terms {k} is out of range: 1 to {SPARSEVEC_MAX_NNZ} (pgvector's limit for a sparsevec; its HNSW index takes at most 1000)"
+        )));
+    }
+    if let Some(w) = options.min_weight.filter(|w| !(w.is_finite() && *w >= 0.0)) {
+        return Err(Error::InvalidOptions(format!("min_weight {w} is out of range: a finite number, at least 0")));
+    }
+    Ok(Selection { max_terms: options.max_terms, min_weight: options.min_weight })
 }
 
 /// Reads the weights from the model's files: the backbone, the classification head or the
@@ -222,15 +330,16 @@ fn build_weights(
     dir: &Path,
     bdir: &Path,
     options: &Options,
-    config: &BackboneConfig,
-    head_config: &HeadConfig,
+    parts: &Parts,
     config_path: &Path,
     classify: bool,
     pooling: &[PoolingMode],
     layout: &Layout,
 ) -> Result<Weights> {
+    let Parts { config, head_config, mlm_config } = *parts;
     let device = Device::Cpu;
     let (vb, parameters) = crate::weights::load_weights(bdir, &device)?;
+    let mlm = mlm_config.map(|c| MlmHead::load(&vb, c).map_err(|e| e.in_dir(bdir))).transpose()?;
     let classifier = if classify {
         let Some(architecture) = head_config.classification_architecture() else {
             return Err(Error::InvalidOptions(format!(
@@ -292,7 +401,7 @@ fn build_weights(
         heads.push(head);
     }
     let parameters = parameters + heads.iter().map(Dense::parameters).sum::<usize>();
-    Ok(Weights { backbone, classifier, heads, parameters })
+    Ok(Weights { backbone, classifier, heads, parameters, mlm })
 }
 
 /// The width of the pooling stage's output: each mode's, concatenated.
@@ -346,12 +455,14 @@ fn shared_weights(
                 classifier: Option<Classifier>,
                 heads: Vec<Dense>,
                 parameters: usize,
+                #[serde(default)]
+                mlm: Option<MlmHead>,
             }
             let weights = file.restore(|parts| {
                 let d: Described = serde_json::from_value(parts)
                     .map_err(|e| Error::invalid_file(&file.path, format!("cannot restore the weights: {e}")))?;
                 let backbone = config.restore(d.backbone)?;
-                Ok(Weights { backbone, classifier: d.classifier, heads: d.heads, parameters: d.parameters })
+                Ok(Weights { backbone, classifier: d.classifier, heads: d.heads, parameters: d.parameters, mlm: d.mlm })
             })?;
             let sharing = Sharing {
                 file: Some(file.path.clone()),
@@ -426,6 +537,7 @@ fn load_text(
         Some(p) => (p.pad_id, "tokenizer.json"),
         None => (config.pad_token_id(), "config.json"),
     };
+    let is_static = matches!(layout.encoder, Encoder::Static | Encoder::Model2Vec);
     let max_positions = config.max_position_embeddings();
     let max_length = match options.max_length {
         Some(n) if n > max_positions => {
@@ -433,28 +545,44 @@ fn load_text(
                 "max_length {n} exceeds the model's max_position_embeddings {max_positions}"
             )))
         }
-        Some(n) => n,
+        Some(n) => Some(n),
+        // A static model: model2vec truncates at its config's max_length; sentence-transformers'
+        // StaticEmbedding keeps the tokenizer's own truncation, if any.
+        None if is_static => match &layout.model2vec {
+            Some(m) => m.max_length,
+            None => tokenizer.get_truncation().map(|t| t.max_length),
+        },
         // sentence-transformers: sentence_bert_config.json's max_seq_length, else the
         // tokenizer's model_max_length (where 6.x saves it), capped by the positions.
-        None => layout
-            .transformer
-            .max_seq_length
-            .or(tokenizer_max_length(&bdir.join("tokenizer_config.json"))?)
-            .unwrap_or(max_positions)
-            .min(max_positions),
+        None => Some(
+            layout
+                .transformer
+                .max_seq_length
+                .or(tokenizer_max_length(&bdir.join("tokenizer_config.json"))?)
+                .unwrap_or(max_positions)
+                .min(max_positions),
+        ),
     };
+    if is_static {
+        // Static models tokenize without special tokens.
+        tokenizer.with_post_processor(None::<tokenizers::PostProcessorWrapper>);
+    }
     let specials = tokenizer.get_post_processor().map(|p| p.added_tokens(false)).unwrap_or(0);
-    if max_length <= specials {
+    if max_length.is_some_and(|m| m <= specials) {
         return Err(Error::InvalidOptions(format!(
-            "max_length {max_length} leaves no room for text after {specials} special tokens"
+            "max_length {} leaves no room for text after {specials} special tokens",
+            max_length.unwrap_or_default()
         )));
     }
     // sentence-transformers ignores the padding and truncation stored in tokenizer.json:
     // it pads per batch and truncates at max_seq_length.
     tokenizer.with_padding(None);
     tokenizer
-        .with_truncation(Some(TruncationParams { max_length, ..Default::default() }))
+        .with_truncation(max_length.map(|max_length| TruncationParams { max_length, ..Default::default() }))
         .map_err(|e| Error::invalid_file(bdir.join("tokenizer.json"), e))?;
+    // model2vec leaves the unknown token out of the mean.
+    let drop_id = if layout.encoder == Encoder::Model2Vec { unknown_token_id(&tokenizer) } else { None };
+    let max_length = max_length.unwrap_or(0);
 
     // A pad id out of the vocabulary is a broken model (transformers would fail on
     // every padded batch), though pg_embed's packed batches never pad.
@@ -489,8 +617,19 @@ fn load_text(
 
     let type_ids = passes_type_ids(&bdir.join("tokenizer_config.json"))?;
     let untruncated = std::sync::OnceLock::new();
-    let text = Text { tokenizer, untruncated, lowercase, prompts, default_prompt, include_prompt, type_ids };
+    let text = Text { tokenizer, untruncated, lowercase, prompts, default_prompt, include_prompt, type_ids, drop_id };
     Ok((text, max_length, prompt_texts))
+}
+
+/// The tokenizer model's unknown token, as model2vec finds it: `unk_token` (WordPiece, BPE,
+/// WordLevel) or `unk_id` (Unigram).
+fn unknown_token_id(tokenizer: &tokenizers::Tokenizer) -> Option<u32> {
+    let model = serde_json::to_value(tokenizer.get_model()).ok()?;
+    match (model.get("unk_token").and_then(|t| t.as_str()), model.get("unk_id").and_then(|i| i.as_u64())) {
+        (Some(token), _) => tokenizer.token_to_id(token),
+        (None, Some(id)) => u32::try_from(id).ok(),
+        (None, None) => None,
+    }
 }
 
 /// The image processor of a model directory: preprocessor_config.json as transformers saves

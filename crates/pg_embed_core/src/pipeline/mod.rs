@@ -10,6 +10,7 @@ use serde::Serialize;
 use tokenizers::{PostProcessor, Tokenizer};
 
 use crate::classifier::{Classifier, Problem};
+use crate::sparse::{QueryRoute, Selection, SparseVector, Splade};
 use crate::error::{Error, Result};
 
 use crate::models::{Batch, Modality, Pixels};
@@ -21,18 +22,21 @@ mod batch;
 mod load;
 #[cfg(test)]
 mod tests;
-mod text;
+pub(crate) mod text;
 
 pub use batch::length_batches;
 pub use load::prepared_key;
-use batch::{in_batches, Packed};
+use batch::{in_batches, Packed, CALLING_THREAD};
 use text::{encode, encode_typed, Encoded, Prompt, Text};
 
 /// What `embed.model_info` shows: the pipeline as resolved from files and options.
 #[derive(Debug, Clone, Serialize)]
 pub struct PipelineInfo {
-    /// "embed" or "classify".
+    /// "embed", "classify", or "sparse" (a sparse encoder: embed_sparse).
     pub task: &'static str,
+    /// Sparse encoders: the MLM head, SpladePooling, the query route and the selection.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sparse: Option<serde_json::Value>,
     /// Classifiers: the head, labels in output order, and how scores come from logits.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub classifier: Option<serde_json::Value>,
@@ -139,6 +143,10 @@ impl Sharing {
 
 pub struct Pipeline {
     input: Input,
+    /// The sparse output stage (task "sparse").
+    sparse: Option<SparseStage>,
+    /// A static embedding model: no transformer, and no compute threads.
+    is_static: bool,
     long_input: LongInput,
     stats: Stats,
     hidden_size: usize,
@@ -152,6 +160,39 @@ pub struct Pipeline {
     info: PipelineInfo,
     sharing: Sharing,
 }
+
+/// The sparse output stage: SpladePooling over the MLM head's logits, `max_terms` and
+/// `min_weight`, and an inference-free model's routes.
+pub(crate) struct SparseStage {
+    pub(crate) splade: Splade,
+    pub(crate) vocab: usize,
+    pub(crate) selection: Selection,
+    /// The query route's SparseStaticEmbedding (an inference-free model).
+    pub(crate) query: Option<QueryRoute>,
+    /// The Router's document route and default route (an inference-free model).
+    pub(crate) document_route: Option<String>,
+    pub(crate) default_route: Option<String>,
+}
+
+impl SparseStage {
+    pub(crate) fn describe(&self, head: Option<&crate::mlm::MlmHead>) -> serde_json::Value {
+        serde_json::json!({
+            "mlm_head": head.map(crate::mlm::MlmHead::describe),
+            "pooling_strategy": self.splade.strategy,
+            "activation_function": self.splade.activation,
+            "vocab_size": self.vocab,
+            "max_terms": self.selection.max_terms,
+            "min_weight": self.selection.min_weight,
+            "query_route": self.query.as_ref().map(|q| q.name.clone()),
+            "document_route": self.document_route,
+            "default_route": self.default_route,
+        })
+    }
+}
+
+/// How many consecutive tokens' logits the MLM head computes at once ([tokens, vocab]
+/// floats: 128 x 30,522 is 15.6 MB).
+const LOGIT_ROWS: usize = 128;
 
 impl Pipeline {
     /// The text input stage; an error for an image model.
@@ -215,7 +256,7 @@ impl Pipeline {
 
     /// Token ids for one input, exactly as sentence-transformers tokenizes it.
     pub fn tokenize(&self, text: &str) -> Result<Vec<u32>> {
-        Ok(encode(&self.text()?.tokenizer, self.text()?.lowercase, text)?.0)
+        Ok(self.encode_prompted(text, None)?.0.ids)
     }
 
     /// Tokens of `text` with special tokens, not truncated.
@@ -276,6 +317,16 @@ impl Pipeline {
             _ => 0,
         };
         let types = if t.type_ids { types } else { Vec::new() };
+        let (ids, types) = match t.drop_id {
+            Some(drop) => {
+                let keep: Vec<bool> = ids.iter().map(|id| *id != drop).collect();
+                let mut k = keep.iter();
+                let ids = ids.into_iter().filter(|_| *k.next().unwrap_or(&true)).collect();
+                let mut k = keep.iter();
+                (ids, types.into_iter().filter(|_| *k.next().unwrap_or(&true)).collect())
+            }
+            None => (ids, types),
+        };
         Ok((Encoded { ids, types, skip }, cut))
     }
 
@@ -307,6 +358,7 @@ impl Pipeline {
         let prepared = self.prepare(texts, None)?;
         let encoded = &prepared.rows;
         let lengths: Vec<usize> = encoded.iter().map(|r| r.ids.len()).collect();
+        let threads = self.compute_threads(threads);
         let out = in_batches(&lengths, max_batch_tokens, threads, &mut before_batch, |batch| {
             let rows: Vec<&Encoded> = batch.iter().map(|&i| &encoded[i]).collect();
             self.embed_encoded(&rows)
@@ -317,16 +369,42 @@ impl Pipeline {
     /// Token ids and the pooling skip of each input with the named prompt (see
     /// `embed_with_prompt`), an input longer than max_length handled as `long_input` says.
     fn prepare(&self, texts: &[&str], prompt_name: Option<&str>) -> Result<Prepared> {
+        self.dense_output("embed")?;
+        self.prepare_prompted(texts, self.prompt(prompt_name)?)
+    }
+
+    /// An error unless this model gives dense vectors (what `call` returns).
+    fn dense_output(&self, call: &'static str) -> Result<()> {
         if self.weights.classifier.is_some() {
-            return Err(Error::WrongTask { task: "classify", call: "embed" });
+            return Err(Error::WrongTask { task: "classify", call });
         }
-        let prompt = self.prompt(prompt_name)?;
+        if self.sparse.is_some() {
+            return Err(Error::WrongOutput { gives: "sparse vectors", call, instead: "embed_sparse" });
+        }
+        Ok(())
+    }
+
+    /// Whether this is a static embedding model: its calls run on the calling thread, as
+    /// they cost about what tokenizing costs.
+    pub fn is_static(&self) -> bool {
+        self.is_static
+    }
+
+    /// The compute threads of a call: `threads`, or none for a static model.
+    fn compute_threads(&self, threads: usize) -> usize {
+        if self.is_static { CALLING_THREAD } else { threads }
+    }
+
+    /// As `prepare`, with the prompt resolved.
+    fn prepare_prompted(&self, texts: &[&str], prompt: Option<&Prompt>) -> Result<Prepared> {
         let mut prepared =
             Prepared { rows: Vec::with_capacity(texts.len()), spans: Vec::with_capacity(texts.len()) };
         let (mut truncated, mut chunked) = (0, 0);
         for text in texts {
             let (row, cut) = self.encode_prompted(text, prompt)?;
-            if row.ids.is_empty() {
+            // A static model's input without tokens is a zero vector, as its mean is in
+            // sentence-transformers and model2vec.
+            if row.ids.is_empty() && !self.is_static {
                 return Err(Error::EmptyInput { input: text.to_string() });
             }
             if cut {
@@ -514,9 +592,7 @@ impl Pipeline {
         threads: usize,
         mut before_batch: impl FnMut() -> Result<()>,
     ) -> Result<Vec<Vec<f32>>> {
-        if self.weights.classifier.is_some() {
-            return Err(Error::WrongTask { task: "classify", call: "embed" });
-        }
+        self.dense_output("embed")?;
         self.images_batched(images, max_pixels, max_batch_tokens, threads, &mut before_batch, |pixels| {
             self.embed_pixels(pixels)
         })
@@ -599,6 +675,117 @@ impl Pipeline {
         Ok((0..batch.len())
             .map(|i| batch.sequence(i).map(|t| hidden[t * h..(t + 1) * h].to_vec()).collect())
             .collect())
+    }
+
+    /// The sparse stage, or the error for calling `call` (a sparse call) on this model.
+    fn sparse(&self, call: &'static str) -> Result<&SparseStage> {
+        match (&self.sparse, &self.weights.classifier) {
+            (Some(sparse), _) => Ok(sparse),
+            (None, Some(_)) => Err(Error::WrongOutput { gives: "classification logits", call, instead: "classify" }),
+            (None, None) => Err(Error::WrongOutput { gives: "dense vectors", call, instead: "embed" }),
+        }
+    }
+
+    /// Sparse vectors of the inputs, in input order, as sentence-transformers' SparseEncoder
+    /// gives them, then `max_terms` and `min_weight` applied. `prompt_name`: for an
+    /// inference-free model, the Router's route ("query" is `encode_query`'s, "document"
+    /// `encode_document`'s; `None` the default route), with the prompt of that name if the
+    /// model has one; otherwise a named prompt as for `embed` (`None`: the default prompt,
+    /// `Some("")`: none). Batched as `embed_batched`.
+    pub fn embed_sparse(
+        &self,
+        texts: &[&str],
+        prompt_name: Option<&str>,
+        max_batch_tokens: usize,
+        threads: usize,
+        mut before_batch: impl FnMut() -> Result<()>,
+    ) -> Result<Vec<SparseVector>> {
+        let sparse = self.sparse("embed_sparse")?;
+        let (query, prompt) = self.route(sparse, prompt_name)?;
+        if let Some(query) = query {
+            let mut tokens = 0;
+            let out = texts
+                .iter()
+                .map(|text| {
+                    let text = match prompt {
+                        Some(p) => std::borrow::Cow::Owned(format!("{}{text}", p.text)),
+                        None => std::borrow::Cow::Borrowed(*text),
+                    };
+                    let (v, n) = query.encode(&text)?;
+                    tokens += n;
+                    Ok(v.select(&sparse.selection))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            self.stats.count_call(texts.len(), tokens);
+            return Ok(out);
+        }
+        let prepared = self.prepare_prompted(texts, prompt)?;
+        let encoded = &prepared.rows;
+        let lengths: Vec<usize> = encoded.iter().map(|r| r.ids.len()).collect();
+        in_batches(&lengths, max_batch_tokens, threads, &mut before_batch, |batch| {
+            let rows: Vec<&Encoded> = batch.iter().map(|&i| &encoded[i]).collect();
+            self.sparse_encoded(sparse, &rows)
+        })
+    }
+
+    /// The route and the prompt of `prompt_name` (see `embed_sparse`): the query route's
+    /// SparseStaticEmbedding, or None for the MLM side.
+    fn route<'a>(
+        &'a self,
+        sparse: &'a SparseStage,
+        prompt_name: Option<&str>,
+    ) -> Result<(Option<&'a QueryRoute>, Option<&'a Prompt>)> {
+        let routes = [sparse.query.as_ref().map(|q| q.name.as_str()), sparse.document_route.as_deref()];
+        let route_name = prompt_name.filter(|n| routes.contains(&Some(*n)));
+        let Some(route) = route_name.or(prompt_name.is_none().then_some(sparse.default_route.as_deref()).flatten())
+        else {
+            return Ok((None, self.prompt(prompt_name)?));
+        };
+        // A route's prompt, when the model names one (sentence-transformers' encode_query
+        // uses the "query" prompt if there is one).
+        let prompt = match self.text()?.prompts.get(route) {
+            Some(p) if !p.text.is_empty() => Some(p),
+            _ => None,
+        };
+        let query = sparse.query.as_ref().filter(|q| q.name == route);
+        Ok((query, prompt))
+    }
+
+    /// One batch through the backbone, the MLM head (in pieces of `LOGIT_ROWS` tokens) and
+    /// SpladePooling: one sparse vector per row.
+    fn sparse_encoded(&self, sparse: &SparseStage, rows: &[&Encoded]) -> Result<Vec<SparseVector>> {
+        let Some(head) = self.weights.mlm.as_ref() else {
+            return Err(Error::Inference("the sparse model has no MLM head".into()));
+        };
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
+        let packed = Packed::of(rows);
+        let batch = packed.batch();
+        self.stats.forward_passes.fetch_add(1, Relaxed);
+        let hidden = self.weights.backbone.forward(&batch).map_err(Error::inference)?;
+        let h = self.hidden_size;
+        Ok((0..batch.len())
+            .map(|i| {
+                let tokens = &hidden[batch.sequence(i).start * h..batch.sequence(i).end * h];
+                let pooled = sparse.splade.pool(sparse.vocab, tokens.chunks(LOGIT_ROWS * h).map(|x| head.logits(x)));
+                SparseVector::from_dense(&pooled).select(&sparse.selection)
+            })
+            .collect())
+    }
+
+    /// The terms of an input's sparse vector (default route), best first: each vocabulary
+    /// id's token and weight, after `max_terms` and `min_weight`.
+    pub fn sparse_terms(&self, text: &str, threads: usize) -> Result<Vec<(String, f32)>> {
+        let sparse = self.sparse("embed.sparse_terms")?;
+        let (query, _) = self.route(sparse, None)?;
+        let mut vectors = self.embed_sparse(&[text], None, usize::MAX, threads, || Ok(()))?;
+        let vector = vectors.pop().ok_or_else(|| Error::Inference("no output for the input".into()))?;
+        let token = |id: u32| match query {
+            Some(q) => q.token(id),
+            None => self.text().ok().and_then(|t| t.tokenizer.id_to_token(id)),
+        };
+        Ok(vector.ranked().into_iter().map(|(id, w)| (token(id).unwrap_or_else(|| format!("[{id}]")), w)).collect())
     }
 
     /// The classifier, for `classify`, `classify_labels` and `rerank`.

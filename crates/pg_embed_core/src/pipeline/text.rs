@@ -20,6 +20,8 @@ pub(super) struct Text {
     pub(super) include_prompt: bool,
     /// Whether the tokenizer passes token type ids to the model (see [`passes_type_ids`]).
     pub(super) type_ids: bool,
+    /// A token left out of every input (model2vec's unknown token).
+    pub(super) drop_id: Option<u32>,
 }
 
 impl Text {
@@ -122,7 +124,7 @@ pub(super) fn prompt_length(tokenizer: &Tokenizer, lowercase: bool, prompt: &str
 
 /// `model_max_length` of tokenizer_config.json; transformers stores a huge float
 /// (1e30) when the tokenizer sets no limit.
-pub(super) fn tokenizer_max_length(path: &Path) -> Result<Option<usize>> {
+pub(crate) fn tokenizer_max_length(path: &Path) -> Result<Option<usize>> {
     #[derive(serde::Deserialize)]
     struct TokenizerConfig {
         model_max_length: Option<f64>,
@@ -152,7 +154,7 @@ pub(super) fn check_token_ids(tokenizer: &Tokenizer, vocab_size: usize, path: &P
     }
 }
 
-pub(super) fn load_tokenizer(path: &Path) -> Result<Tokenizer> {
+pub(crate) fn load_tokenizer(path: &Path) -> Result<Tokenizer> {
     let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
     // tokenizers panics (`expect`) on some malformed JSON, a truncated file among them:
     // the syntax is checked first.

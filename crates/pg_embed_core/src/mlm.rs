@@ -1,0 +1,204 @@
+//! Masked-language-model heads, reproduced per architecture as transformers'
+//! `*ForMaskedLM` computes them: a dense transform, its activation and a LayerNorm, then
+//! the decoder onto the vocabulary (tied to the input embedding unless
+//! `tie_word_embeddings` is false) plus its bias. SPLADE pools their logits
+//! (see [`crate::sparse`]). Plain Rust: no pgrx here.
+
+use candle_nn::VarBuilder;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::layers::{Activation, Linear, Norm};
+
+/// The fields of config.json the heads read (transformers' names and defaults).
+#[derive(Debug, Deserialize)]
+pub struct MlmConfig {
+    pub model_type: String,
+    pub vocab_size: usize,
+    #[serde(alias = "dim")]
+    pub hidden_size: usize,
+    #[serde(default = "yes")]
+    pub tie_word_embeddings: bool,
+    /// BERT's transform activation.
+    pub hidden_act: Option<String>,
+    /// DistilBERT's.
+    pub activation: Option<String>,
+    /// ModernBERT's head activation, dense bias, norm and decoder bias.
+    pub classifier_activation: Option<String>,
+    pub classifier_bias: Option<bool>,
+    pub norm_eps: Option<f64>,
+    pub norm_bias: Option<bool>,
+    pub decoder_bias: Option<bool>,
+    pub layer_norm_eps: Option<f64>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// Where one architecture keeps its head, and how it computes.
+struct Layout {
+    /// The transform's dense layer and whether it has a bias.
+    dense: (&'static str, bool),
+    activation: Activation,
+    /// The LayerNorm: name, epsilon, bias.
+    norm: (&'static str, f64, bool),
+    /// The untied decoder's weight.
+    decoder: &'static str,
+    /// The input embedding a tied decoder reads (with and without the backbone's prefix).
+    embedding: [&'static str; 2],
+    /// The decoder's bias, by the names checkpoints use; None: no bias.
+    bias: Option<&'static [&'static str]>,
+}
+
+/// One `*ForMaskedLM` class per backbone `model_type`.
+struct Row {
+    model_type: &'static str,
+    architecture: &'static str,
+    layout: fn(&MlmConfig) -> Result<Layout>,
+}
+
+const HEADS: &[Row] = &[
+    // BERT: cls.predictions.transform (dense, hidden_act, LayerNorm), decoder + bias.
+    Row {
+        model_type: "bert",
+        architecture: "BertForMaskedLM",
+        layout: |c| {
+            Ok(Layout {
+                dense: ("cls.predictions.transform.dense", true),
+                activation: act("hidden_act", c.hidden_act.as_deref().unwrap_or("gelu"))?,
+                norm: ("cls.predictions.transform.LayerNorm", c.layer_norm_eps.unwrap_or(1e-12), true),
+                decoder: "cls.predictions.decoder.weight",
+                embedding: ["bert.embeddings.word_embeddings.weight", "embeddings.word_embeddings.weight"],
+                // transformers 5 keeps decoder.bias (what the forward adds) and ties it to
+                // `bias` in a tied checkpoint, which then stores only `bias`.
+                bias: Some(&["cls.predictions.decoder.bias", "cls.predictions.bias"]),
+            })
+        },
+    },
+    // DistilBERT: vocab_transform, activation, vocab_layer_norm (eps 1e-12), vocab_projector.
+    Row {
+        model_type: "distilbert",
+        architecture: "DistilBertForMaskedLM",
+        layout: |c| {
+            Ok(Layout {
+                dense: ("vocab_transform", true),
+                activation: act("activation", c.activation.as_deref().unwrap_or("gelu"))?,
+                norm: ("vocab_layer_norm", 1e-12, true),
+                decoder: "vocab_projector.weight",
+                embedding: ["distilbert.embeddings.word_embeddings.weight", "embeddings.word_embeddings.weight"],
+                bias: Some(&["vocab_projector.bias"]),
+            })
+        },
+    },
+    // ModernBERT: head (dense, classifier_activation, norm), decoder (+ bias if decoder_bias).
+    Row {
+        model_type: "modernbert",
+        architecture: "ModernBertForMaskedLM",
+        layout: |c| {
+            Ok(Layout {
+                dense: ("head.dense", c.classifier_bias.unwrap_or(false)),
+                activation: act("classifier_activation", c.classifier_activation.as_deref().unwrap_or("gelu"))?,
+                norm: ("head.norm", c.norm_eps.unwrap_or(1e-5), c.norm_bias.unwrap_or(false)),
+                decoder: "decoder.weight",
+                embedding: ["model.embeddings.tok_embeddings.weight", "embeddings.tok_embeddings.weight"],
+                bias: c.decoder_bias.unwrap_or(true).then_some(&["decoder.bias"][..]),
+            })
+        },
+    },
+];
+
+const SUPPORTED: &str = "BertForMaskedLM, DistilBertForMaskedLM, ModernBertForMaskedLM";
+
+fn act(field: &'static str, name: &str) -> Result<Activation> {
+    Activation::from_hidden_act(name).ok_or_else(|| Error::Unsupported {
+        what: field,
+        value: name.into(),
+        path: "config.json".into(),
+        supported: "gelu, gelu_new, relu, silu, tanh and the other activations of the backbones",
+    })
+}
+
+/// A masked-language-model head: logits over the vocabulary for each token's hidden state.
+#[derive(Serialize, Deserialize)]
+pub struct MlmHead {
+    architecture: String,
+    transform: Linear,
+    activation: Activation,
+    norm: Norm,
+    decoder: Linear,
+}
+
+impl MlmHead {
+    /// The head of a `*ForMaskedLM` checkpoint (`vb`: its tensors, unprefixed).
+    pub fn load(vb: &VarBuilder, config: &MlmConfig) -> Result<Self> {
+        let Some(row) = HEADS.iter().find(|r| r.model_type == config.model_type) else {
+            return Err(Error::Unsupported {
+                what: "masked-language-model head for model_type",
+                value: config.model_type.clone(),
+                path: "config.json".into(),
+                supported: SUPPORTED,
+            });
+        };
+        let l = (row.layout)(config)?;
+        let (h, v) = (config.hidden_size, config.vocab_size);
+        let missing = |name: &str| {
+            Error::invalid_file(
+                "model.safetensors",
+                format!("{} has no {name}: not a {} checkpoint", config.model_type, row.architecture),
+            )
+        };
+        if !vb.contains_tensor(&format!("{}.weight", l.dense.0)) {
+            return Err(missing(&format!("{}.weight", l.dense.0)));
+        }
+        let bad = |e: candle_core::Error| Error::invalid_file("model.safetensors", e);
+        let transform = crate::weights::torch_linear(&vb.pp(l.dense.0), h, h, l.dense.1).map_err(bad)?;
+        let norm = crate::weights::layer_norm(&vb.pp(l.norm.0), h, l.norm.1, l.norm.2).map_err(bad)?;
+        let decoder_weight = if config.tie_word_embeddings {
+            let Some(name) = l.embedding.iter().find(|n| vb.contains_tensor(n)) else {
+                return Err(missing(l.embedding[0]));
+            };
+            vb.get((v, h), name).map_err(bad)?
+        } else {
+            if !vb.contains_tensor(l.decoder) {
+                return Err(missing(l.decoder));
+            }
+            vb.get((v, h), l.decoder).map_err(bad)?
+        };
+        let bias = match l.bias {
+            None => None,
+            Some(names) => match names.iter().find(|n| vb.contains_tensor(n)) {
+                Some(name) => Some(vb.get(v, name).map_err(bad)?),
+                None => return Err(missing(names[0])),
+            },
+        };
+        let decoder = crate::weights::linear_of(&decoder_weight, bias.as_ref()).map_err(bad)?;
+        Ok(MlmHead { architecture: row.architecture.into(), transform, activation: l.activation, norm, decoder })
+    }
+
+    /// The vocabulary size: the logits' width.
+    pub fn vocab_size(&self) -> usize {
+        self.decoder.outputs()
+    }
+
+    pub fn parameters(&self) -> usize {
+        let h = self.transform.inputs();
+        h * h + h + 2 * h + self.decoder.outputs() * (h + 1)
+    }
+
+    /// Logits [rows, vocab] of hidden states [rows, hidden].
+    pub fn logits(&self, hidden: &[f32]) -> Vec<f32> {
+        let mut x = self.transform.apply(hidden);
+        self.activation.apply(&mut x);
+        self.norm.forward(&mut x);
+        self.decoder.apply(&x)
+    }
+
+    pub fn describe(&self) -> serde_json::Value {
+        serde_json::json!({
+            "architecture": self.architecture,
+            "activation": self.activation.name(),
+            "vocab_size": self.vocab_size(),
+        })
+    }
+}

@@ -1,0 +1,213 @@
+//! Golden parity of sparse encoders (SPLADE over BERT, DistilBERT and ModernBERT masked-LM
+//! heads; an inference-free Router) with sentence-transformers' SparseEncoder, and of static
+//! embedding models with sentence-transformers' StaticEmbedding and model2vec, on the tiny
+//! models of scripts/gen_sparse_fixtures.py (tests/fixtures/sparse/golden.json).
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+
+use pg_embed_core::error::{Error, SqlState};
+use pg_embed_core::options::Options;
+use pg_embed_core::pipeline::Pipeline;
+use pg_embed_core::sparse::SparseVector;
+
+/// Weights within this of sentence-transformers' (the bound).
+const WEIGHT_TOLERANCE: f32 = 1e-4;
+
+fn golden() -> Value {
+    let path = root().join("tests/fixtures/sparse/golden.json");
+    serde_json::from_slice(&std::fs::read(&path).unwrap()).expect("sparse golden parses")
+}
+
+fn dir(name: &str) -> std::path::PathBuf {
+    root().join("tests/fixtures/sparse").join(name)
+}
+
+fn load(name: &str, options: Value) -> pg_embed_core::error::Result<Pipeline> {
+    Pipeline::load(&dir(name), &Options::from_json(&options)?)
+}
+
+fn ids(v: &Value) -> Vec<u32> {
+    serde_json::from_value(v.clone()).unwrap()
+}
+
+fn floats(v: &Value) -> Vec<f32> {
+    serde_json::from_value(v.clone()).unwrap()
+}
+
+fn sparse(p: &Pipeline, texts: &[&str], prompt: Option<&str>) -> Vec<SparseVector> {
+    p.embed_sparse(texts, prompt, usize::MAX, 2, || Ok(())).unwrap()
+}
+
+/// Indices exactly, weights within `WEIGHT_TOLERANCE`; the largest weight difference.
+fn check(got: &SparseVector, case: &Value, suffix: &str, what: &str) -> f32 {
+    let (want_i, want_v) = (ids(&case[format!("indices{suffix}")]), floats(&case[format!("values{suffix}")]));
+    assert_eq!(got.indices, want_i, "{what}: non-zero ids");
+    let worst = max_abs_diff(&got.values, &want_v);
+    assert!(worst <= WEIGHT_TOLERANCE, "{what}: weights differ by {worst}");
+    worst
+}
+
+fn models(g: &Value, kind: &str) -> Vec<(String, Value)> {
+    let all = g["models"].as_object().unwrap();
+    all.iter().filter(|(_, m)| m["kind"] == kind).map(|(n, m)| (n.clone(), m.clone())).collect()
+}
+
+#[test]
+fn splade_matches_sentence_transformers_one_by_one_and_batched() {
+    let g = golden();
+    let splade = models(&g, "splade");
+    assert_eq!(splade.len(), 4, "BERT tied and untied, DistilBERT, ModernBERT");
+    for (name, model) in splade {
+        let p = load(&name, serde_json::json!({})).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(p.info().task, "sparse");
+        assert_eq!(p.dim(), model["vocab_size"].as_u64().unwrap() as usize, "{name}: dim is the vocabulary");
+        let cases = model["cases"].as_array().unwrap();
+        let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
+        let mut worst = 0f32;
+        for (case, text) in cases.iter().zip(&texts) {
+            let what = format!("{name}/{}", case["name"]);
+            assert_eq!(p.tokenize(text).unwrap(), ids(&case["input_ids"]), "{what}: input ids");
+            let one = sparse(&p, &[text], None).pop().unwrap();
+            assert_eq!(one.dim, p.dim());
+            worst = worst.max(check(&one, case, "", &what));
+        }
+        for (got, case) in sparse(&p, &texts, None).iter().zip(cases) {
+            worst = worst.max(check(got, case, "", &format!("{name}/{} (batched)", case["name"])));
+        }
+        // Batches of a few tokens: the same vectors.
+        let small = p.embed_sparse(&texts, None, 16, 1, || Ok(())).unwrap();
+        assert_eq!(small, sparse(&p, &texts, None), "{name}: batching changes nothing");
+        eprintln!("{name}: {} cases, worst weight difference {worst:e}", cases.len());
+    }
+}
+
+#[test]
+fn inference_free_routes_match_encode_query_and_encode_document() {
+    let g = golden();
+    let model = &g["models"]["inference_free"];
+    let p = load("inference_free", serde_json::json!({})).unwrap();
+    let cases = model["cases"].as_array().unwrap();
+    let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
+    let (mut q_worst, mut d_worst) = (0f32, 0f32);
+    for (case, text) in cases.iter().zip(&texts) {
+        let what = format!("inference_free/{}", case["name"]);
+        let q = sparse(&p, &[text], Some("query")).pop().unwrap();
+        q_worst = q_worst.max(check(&q, case, "_query", &format!("{what} query")));
+        // The default route is the document route, as `encode` takes it.
+        for prompt in [None, Some("document")] {
+            let d = sparse(&p, &[text], prompt).pop().unwrap();
+            d_worst = d_worst.max(check(&d, case, "_document", &format!("{what} document ({prompt:?})")));
+        }
+    }
+    for (got, case) in sparse(&p, &texts, Some("query")).iter().zip(cases) {
+        check(got, case, "_query", "batched query");
+    }
+    eprintln!("inference_free: query worst {q_worst:e}, document worst {d_worst:e}");
+}
+
+#[test]
+fn sparse_terms_match_decode() {
+    let g = golden();
+    let model = &g["models"]["splade_bert"];
+    let p = load("splade_bert", serde_json::json!({})).unwrap();
+    for d in model["decode"].as_array().unwrap() {
+        let case = model["cases"].as_array().unwrap().iter().find(|c| c["name"] == d["case"]).unwrap();
+        let terms = p.sparse_terms(case["text"].as_str().unwrap(), 1).unwrap();
+        let k = d["top_k"].as_u64().unwrap() as usize;
+        let tokens: Vec<&str> = terms[..k].iter().map(|(t, _)| t.as_str()).collect();
+        let want: Vec<&str> = d["tokens"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+        assert_eq!(tokens, want, "decode of {}", d["case"]);
+        let weights: Vec<f32> = terms[..k].iter().map(|(_, w)| *w).collect();
+        assert!(max_abs_diff(&weights, &floats(&d["weights"])) <= WEIGHT_TOLERANCE);
+        assert!(terms.windows(2).all(|w| w[0].1 >= w[1].1), "best first");
+        assert_eq!(terms.len(), case["nnz"].as_u64().unwrap() as usize, "every non-zero term");
+    }
+}
+
+#[test]
+fn max_terms_and_min_weight_select_from_the_reference_vector() {
+    let g = golden();
+    let case = &g["models"]["splade_bert"]["cases"][1];
+    let text = case["text"].as_str().unwrap();
+    let (indices, values) = (ids(&case["indices"]), floats(&case["values"]));
+    // The reference's 5 largest weights, and its weights of at least 1.0.
+    let mut ranked: Vec<(u32, f32)> = indices.iter().copied().zip(values.iter().copied()).collect();
+    ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let mut top5: Vec<u32> = ranked[..5].iter().map(|(i, _)| *i).collect();
+    top5.sort();
+    let heavy: Vec<u32> = ranked.iter().filter(|(_, w)| *w >= 1.0).map(|(i, _)| *i).collect::<Vec<_>>();
+    let mut heavy_sorted = heavy.clone();
+    heavy_sorted.sort();
+    assert!(heavy.len() > 5 && heavy.len() < indices.len(), "the case separates the two options");
+
+    let p = load("splade_bert", serde_json::json!({"max_terms": 5})).unwrap();
+    assert_eq!(sparse(&p, &[text], None)[0].indices, top5);
+    let p = load("splade_bert", serde_json::json!({"min_weight": 1.0})).unwrap();
+    assert_eq!(sparse(&p, &[text], None)[0].indices, heavy_sorted);
+    let p = load("splade_bert", serde_json::json!({"min_weight": 1.0, "max_terms": 5})).unwrap();
+    assert_eq!(sparse(&p, &[text], None)[0].indices, top5);
+
+    for bad in [serde_json::json!({"max_terms": 0}), serde_json::json!({"max_terms": 16001}), serde_json::json!({"min_weight": -1})] {
+        let err = load("splade_bert", bad.clone()).err().unwrap_or_else(|| panic!("{bad} accepted"));
+        assert!(matches!(err, Error::InvalidOptions(_)), "{bad}: {err}");
+        assert_eq!(err.sqlstate(), SqlState::InvalidParameterValue, "{bad}");
+    }
+    let err = load("static_st", serde_json::json!({"max_terms": 5})).err().unwrap();
+    assert!(err.to_string().contains("applies to sparse models"), "{err}");
+    let err = load("splade_bert", serde_json::json!({"pooling": "mean"})).err().unwrap();
+    assert!(err.to_string().contains("applies to dense embedding models"), "{err}");
+}
+
+#[test]
+fn sparse_and_dense_calls_name_the_right_function() {
+    let p = load("splade_bert", serde_json::json!({})).unwrap();
+    let err = p.embed(&["hello"]).unwrap_err();
+    assert!(matches!(err, Error::WrongOutput { instead: "embed_sparse", .. }), "{err}");
+    assert!(err.to_string().contains("embed_sparse()"), "{err}");
+    assert_eq!(err.sqlstate(), SqlState::WrongObjectType);
+    let dense = load("static_st", serde_json::json!({})).unwrap();
+    let err = dense.embed_sparse(&["hello"], None, usize::MAX, 1, || Ok(())).unwrap_err();
+    assert!(err.to_string().contains("call embed(), not embed_sparse()"), "{err}");
+}
+
+#[test]
+fn sparsevec_text_is_one_based_with_the_vocabulary_as_dimension() {
+    let v = SparseVector { indices: vec![0, 7, 400], values: vec![0.5, 1.25, 3.0e-7], dim: 401 };
+    assert_eq!(v.to_sparsevec_text(), "{1:0.5,8:1.25,401:0.0000003}/401");
+    assert_eq!(SparseVector { indices: vec![], values: vec![], dim: 401 }.to_sparsevec_text(), "{}/401");
+}
+
+#[test]
+fn static_models_match_sentence_transformers_and_model2vec() {
+    let g = golden();
+    for (name, key) in [("static_st", "embedding"), ("static_st_dense", "embedding"), ("model2vec_layout", "embedding")] {
+        let model = &g["models"][name];
+        let p = load(name, serde_json::json!({})).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(p.is_static(), "{name}");
+        assert_eq!(p.dim(), model["dim"].as_u64().unwrap() as usize);
+        let cases = model["cases"].as_array().unwrap();
+        let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
+        let ids_key = if name == "model2vec_layout" { "input_ids_model2vec" } else { "input_ids" };
+        let mut worst = 0f32;
+        for (case, text) in cases.iter().zip(&texts) {
+            let what = format!("{name}/{}", case["name"]);
+            assert_eq!(p.tokenize(text).unwrap(), ids(&case[ids_key]), "{what}: input ids");
+            let got = p.embed(&[text]).unwrap().pop().unwrap();
+            worst = worst.max(assert_close(&got, &floats(&case[key]), &what));
+        }
+        let batched = p.embed_batched(&texts, 16, 2, || Ok(())).unwrap();
+        for (got, case) in batched.iter().zip(cases) {
+            assert_close(got, &floats(&case[key]), &format!("{name}/{} (batched)", case["name"]));
+        }
+        eprintln!("{name}: {} cases, worst difference {worst:e}", cases.len());
+    }
+    // model2vec without normalisation (its encode(normalize=False)).
+    let p = load("model2vec_layout", serde_json::json!({"normalize": false})).unwrap();
+    for case in g["models"]["model2vec_layout"]["cases"].as_array().unwrap() {
+        let got = p.embed(&[case["text"].as_str().unwrap()]).unwrap().pop().unwrap();
+        assert_close(&got, &floats(&case["embedding_unnormalized"]), "model2vec unnormalized");
+    }
+}
