@@ -243,6 +243,7 @@ DECLARE
     state text;
     msg text;
     kind text := embed._source_kind(v.tbl, v.source_column);
+    writer record := embed._writer(v.tbl, v.model, v.source_column, v.target_column);
 BEGIN
     BEGIN
         EXECUTE format('SET LOCAL ROLE %I', (SELECT rolname FROM pg_roles WHERE oid = v.owner));
@@ -255,10 +256,9 @@ BEGIN
                    FROM %3$s t WHERE t.%1$I = ANY ($1::%4$s[]) AND t.%2$I IS NOT NULL),
                   vecs AS (SELECT e.vec, e.ord FROM @extschema@.%5$s($2, ARRAY(SELECT s FROM rows ORDER BY ord))
                                                     WITH ORDINALITY AS e(vec, ord))
-             UPDATE %3$s t SET %7$I = vecs.vec FROM rows JOIN vecs USING (ord) WHERE t.%1$I = rows.k',
-            v.key_column, v.source_column, v.tbl, v.key_type,
-            CASE WHEN kind = 'image' THEN 'embed_image' ELSE 'embed' END,
-            CASE WHEN kind = 'image' THEN '' ELSE '::text' END, v.target_column)
+             UPDATE %3$s t SET %7$I = vecs.vec%8$s FROM rows JOIN vecs USING (ord) WHERE t.%1$I = rows.k',
+            v.key_column, v.source_column, v.tbl, v.key_type, writer.fn,
+            CASE WHEN kind = 'image' THEN '' ELSE '::text' END, v.target_column, writer.cast_to)
             USING keys, v.model;
         GET DIAGNOSTICS n = ROW_COUNT;
         -- A source set to NULL: the vector goes too.

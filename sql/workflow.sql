@@ -35,12 +35,15 @@ $$;
 
 -- Checks that `rel` has a source column `source_column` that `model` can embed (text, or
 -- bytea image files for a model of images) and a column `target_column` that can hold
--- `model`'s output: vector(n) or halfvec(n) with n = the model's dim, or real[].
+-- `model`'s output: vector(n) or halfvec(n) with n = the model's dim, or real[]; for a
+-- sparse model (task 'sparse'), sparsevec(n) with n = its vocabulary size.
 -- Returns the model's dim.
 CREATE FUNCTION embed._check_target(rel regclass, model text, source_column text, target_column text)
 RETURNS integer LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     model_dim integer;
+    model_task text;
+    info jsonb;
     target_type text;
     target_mod integer;
     target_typname name;
@@ -62,13 +65,28 @@ BEGIN
         RAISE EXCEPTION 'column "%" of relation % does not exist', target_column, rel
             USING ERRCODE = 'undefined_column';
     END IF;
-    SELECT m.dim INTO model_dim FROM embed.models m WHERE m.name = model;
+    SELECT m.dim, m.task INTO model_dim, model_task FROM embed.models m WHERE m.name = model;
     IF model_dim IS NULL THEN
         -- Not registered: model_info raises the usual error (or auto-registers the model).
-        model_dim := (embed.model_info(model) ->> 'dim')::integer;
+        info := embed.model_info(model);
+        model_dim := (info ->> 'dim')::integer;
+        model_task := info ->> 'task';
     END IF;
     PERFORM embed._check_source(rel, model, source_column);
-    IF target_typname IN ('vector', 'halfvec') THEN
+    IF model_task = 'sparse' THEN
+        IF target_typname <> 'sparsevec' THEN
+            RAISE EXCEPTION 'column "%" of relation % has type %, but model "%" gives sparse vectors',
+                target_column, rel, target_type, model
+                USING ERRCODE = 'datatype_mismatch',
+                      HINT = format('Use a sparsevec(%s) column (pgvector).', model_dim);
+        END IF;
+        IF target_mod > 0 AND target_mod <> model_dim THEN
+            RAISE EXCEPTION 'column "%" of relation % has % dimensions, but model "%" gives sparse vectors of %',
+                target_column, rel, target_mod, model, model_dim
+                USING ERRCODE = 'datatype_mismatch',
+                      HINT = format('Use a sparsevec(%s) column: the model''s vocabulary size.', model_dim);
+        END IF;
+    ELSIF target_typname IN ('vector', 'halfvec') THEN
         IF target_mod > 0 AND target_mod <> model_dim THEN
             RAISE EXCEPTION 'column "%" of relation % has % dimensions, but model "%" gives %',
                 target_column, rel, target_mod, model, model_dim
@@ -80,9 +98,33 @@ BEGIN
         RAISE EXCEPTION 'column "%" of relation % has type %, which cannot hold embeddings',
             target_column, rel, target_type
             USING ERRCODE = 'datatype_mismatch',
-                  HINT = format('Use vector(%s), halfvec(%s) or real[].', model_dim, model_dim);
+                  HINT = CASE WHEN target_typname = 'sparsevec'
+                      THEN format('Model "%s" gives dense vectors: use vector(%s), halfvec(%s) or real[]; a sparsevec column takes a sparse model (embed_sparse).', model, model_dim, model_dim)
+                      ELSE format('Use vector(%s), halfvec(%s) or real[].', model_dim, model_dim) END;
     END IF;
     RETURN model_dim;
+END
+$$;
+
+-- How the workflow computes `model`'s output for `source_column` of `rel` and writes it
+-- into `target_column`: the function (embed, embed_image for a bytea source, embed_sparse for
+-- a sparse model) and what its result is cast to ('' for the arrays of embed and
+-- embed_image; the column's type for embed_sparse's text). Call after embed._check_target.
+CREATE FUNCTION embed._writer(rel regclass, model text, source_column text, target_column text,
+                              OUT fn text, OUT cast_to text)
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF embed._source_kind(rel, source_column) = 'image' THEN
+        fn := 'embed_image';
+        cast_to := '';
+    ELSIF coalesce((SELECT m.task FROM embed.models m WHERE m.name = model), embed.model_info(model) ->> 'task') = 'sparse' THEN
+        fn := 'embed_sparse';
+        SELECT '::' || format_type(a.atttypid, a.atttypmod) INTO cast_to
+          FROM pg_attribute a WHERE a.attrelid = rel AND a.attname = target_column;
+    ELSE
+        fn := 'embed';
+        cast_to := '';
+    END IF;
 END
 $$;
 
@@ -111,6 +153,7 @@ DECLARE
     keys name[];
     changed text;
     any_changed boolean;
+    writer record;
 BEGIN
     IF TG_NARGS <> 3 THEN
         RAISE EXCEPTION 'embed.embed_trigger takes 3 arguments (model, source_column, target_column), trigger "%" gives %',
@@ -128,6 +171,7 @@ BEGIN
     END IF;
     PERFORM embed._check_target(TG_RELID, model, src, tgt);
     images := embed._source_kind(TG_RELID, src) = 'image';
+    writer := embed._writer(TG_RELID, model, src, tgt);
 
     IF TG_LEVEL = 'ROW' AND images THEN
         EXECUTE format('SELECT ($1).%I, ($1).%I IS NULL', src, tgt) INTO new_image, target_null USING NEW;
@@ -151,6 +195,10 @@ BEGIN
         END IF;
         IF new_text IS NULL THEN
             RETURN json_populate_record(NEW, json_build_object(tgt, NULL));
+        END IF;
+        IF writer.fn = 'embed_sparse' THEN
+            -- The sparsevec text, which json_populate_record reads as the column's type.
+            RETURN json_populate_record(NEW, json_build_object(tgt, @extschema@.embed_sparse(model, new_text)));
         END IF;
         RETURN json_populate_record(NEW, json_build_object(tgt, @extschema@.embed(model, new_text)));
     END IF;
@@ -200,8 +248,8 @@ BEGIN
               v AS (SELECT e.vec, e.ord
                       FROM @extschema@.%s($1, ARRAY(SELECT "pg_embed source" FROM c ORDER BY "pg_embed ord"))
                            WITH ORDINALITY AS e(vec, ord))
-         UPDATE %s t SET %I = v.vec FROM c JOIN v ON v.ord = c."pg_embed ord" WHERE %s',
-        changed, CASE WHEN images THEN 'embed_image' ELSE 'embed' END, TG_RELID::regclass, tgt,
+         UPDATE %s t SET %I = v.vec%s FROM c JOIN v ON v.ord = c."pg_embed ord" WHERE %s',
+        changed, writer.fn, TG_RELID::regclass, tgt, writer.cast_to,
         (SELECT string_agg(format('t.%1$I = c.%1$I', k), ' AND ') FROM unnest(keys) k))
         USING model;
     RETURN NULL;
@@ -302,6 +350,7 @@ DECLARE
     pages bigint;
     select_batch text;
     update_batch text;
+    writer record;
 BEGIN
     PERFORM embed._require_primary('embed.backfill');
     IF batch_size IS NULL OR batch_size < 1 THEN
@@ -310,6 +359,7 @@ BEGIN
     END IF;
     PERFORM embed._check_target(tbl, model, source_column, target_column);
     is_image := embed._source_kind(tbl, source_column) = 'image';
+    writer := embed._writer(tbl, model, source_column, target_column);
     EXECUTE format('SELECT count(*) FROM %s WHERE %I IS NULL AND %I IS NOT NULL', tbl, target_column, source_column)
         INTO total;
     run := embed._backfill_start(tbl, source_column, target_column, model, batch_size, total);
@@ -329,11 +379,11 @@ BEGIN
                   ORDER BY ctid LIMIT $3) s',
         source_column, tbl, target_column, CASE WHEN is_image THEN '' ELSE '::text' END);
     update_batch := format(
-        'UPDATE %s t SET %I = v.vec
+        'UPDATE %s t SET %I = v.vec%s
            FROM unnest($1::tid[]) WITH ORDINALITY AS k(id, ord)
            JOIN @extschema@.%s($2, $3) WITH ORDINALITY AS v(vec, ord) USING (ord)
           WHERE t.ctid = k.id AND t.%I IS NULL',
-        tbl, target_column, CASE WHEN is_image THEN 'embed_image' ELSE 'embed' END, target_column);
+        tbl, target_column, writer.cast_to, writer.fn, target_column);
     LOOP
         -- The last window is open-ended: it also takes rows added since the run started.
         window_end := CASE WHEN window_start + window_blocks < pages

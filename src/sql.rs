@@ -74,10 +74,66 @@ fn embed_one(model: &str, input: &str, prompt_name: Option<&str>) -> Vec<f32> {
     let (pipeline, _) = cache::get(model).or_raise();
     pgrx::check_for_interrupts!();
     let pipeline: &Pipeline = &pipeline;
-    let mut vectors = threads::run(guc::threads(), || pipeline.embed_with_prompt(&[input], prompt_name))
-        .and_then(|r| r)
-        .or_raise();
+    // A static model costs about what its tokenizer costs: no compute threads.
+    let mut vectors = if pipeline.is_static() {
+        pipeline.embed_with_prompt(&[input], prompt_name)
+    } else {
+        threads::run(guc::threads(), || pipeline.embed_with_prompt(&[input], prompt_name)).and_then(|r| r)
+    }
+    .or_raise();
     vectors.pop().unwrap_or_else(|| raise(Error::Inference("no output for the input".into())))
+}
+
+/// `embed_sparse(model, input)`: the input's sparse vector (a SPLADE or inference-free
+/// sparse encoder) as pgvector's `sparsevec` text, `{id:weight,...}/vocabulary size` with
+/// 1-based ids: cast it with `::sparsevec`.
+#[pg_extern(immutable, strict, parallel_safe)]
+fn embed_sparse(model: &str, input: &str) -> String {
+    sparse_one(model, input, None)
+}
+
+/// `embed_sparse(model, input, prompt_name)`: for an inference-free model, `'query'` takes
+/// the query route (sentence-transformers' `encode_query`: a weight per token, no model
+/// run) and `'document'` the document route; otherwise a named prompt, as with `embed`.
+#[pg_extern(immutable, strict, parallel_safe, name = "embed_sparse")]
+fn embed_sparse_with_prompt(model: &str, input: &str, prompt_name: &str) -> String {
+    sparse_one(model, input, Some(prompt_name))
+}
+
+fn sparse_one(model: &str, input: &str, prompt_name: Option<&str>) -> String {
+    let (pipeline, _) = cache::get(model).or_raise();
+    pgrx::check_for_interrupts!();
+    let mut vectors = sparse_batched(&pipeline, &[input], prompt_name);
+    let vector = vectors.pop().unwrap_or_else(|| raise(Error::Inference("no output for the input".into())));
+    vector.to_sparsevec_text()
+}
+
+/// Sparse vectors of `inputs` in batches of up to `pg_embed.max_batch_tokens` tokens on
+/// `pg_embed.threads` threads, checking for cancel before each batch.
+fn sparse_batched(
+    pipeline: &Pipeline,
+    inputs: &[&str],
+    prompt_name: Option<&str>,
+) -> Vec<pg_embed_core::sparse::SparseVector> {
+    pipeline
+        .embed_sparse(inputs, prompt_name, guc::max_batch_tokens(), guc::threads(), || {
+            pgrx::check_for_interrupts!();
+            Ok(())
+        })
+        .or_raise()
+}
+
+/// `embed_sparse(model, inputs text[])`: one row per input, in input order (a NULL element
+/// gives a NULL row), batched as `embed(model, text[])`.
+#[pg_extern(immutable, strict, parallel_safe, name = "embed_sparse")]
+fn embed_sparse_array(model: &str, inputs: pgrx::Array<&str>) -> SetOfIterator<'static, Option<String>> {
+    let (pipeline, _) = cache::get(model).or_raise();
+    let all: Vec<Option<&str>> = inputs.iter().collect();
+    let present: Vec<&str> = all.iter().flatten().copied().collect();
+    let mut vectors = sparse_batched(&pipeline, &present, None).into_iter();
+    let rows: Vec<Option<String>> =
+        all.iter().map(|input| input.and_then(|_| vectors.next().map(|v| v.to_sparsevec_text()))).collect();
+    SetOfIterator::new(rows)
 }
 
 /// `embed(model, inputs text[])`: one row per input, in input order (a NULL element gives a
@@ -363,6 +419,18 @@ mod embed {
 
     /// The resolved pipeline of a registered model: architecture, pooling, heads,
     /// normalize, dim, max_length, parameters.
+    /// `embed.sparse_terms(model, input)`: the terms of the input's sparse vector, best
+    /// first: each vocabulary id's token and weight (why a document matched).
+    #[pg_extern(immutable, strict, parallel_safe)]
+    fn sparse_terms(
+        model: &str,
+        input: &str,
+    ) -> TableIterator<'static, (name!(token, String), name!(weight, f32))> {
+        let (pipeline, _) = cache::get(model).or_raise();
+        pgrx::check_for_interrupts!();
+        TableIterator::new(pipeline.sparse_terms(input, guc::threads()).or_raise())
+    }
+
     #[pg_extern(volatile, strict, parallel_restricted)]
     fn model_info(name: &str) -> JsonB {
         let (pipeline, row) = cache::get(name).or_raise();
