@@ -15,7 +15,7 @@ here="$(dirname "${BASH_SOURCE[0]}")"
 source "$here/lib.sh"
 source "$here/scenario.sh"
 
-step "upgrade: pg_embed 0.1.0 with data, ALTER EXTENSION pg_embed UPDATE, compared with a fresh install"
+step "upgrade: each released pg_embed with data, ALTER EXTENSION pg_embed UPDATE, compared with a fresh install"
 extdir="$("$PG_CONFIG" --sharedir)/extension"
 current="$(sed -n 's/^default_version = .\(.*\).$/\1/p' "$extdir/pg_embed.control")"
 [ -n "$current" ] || fail "no default_version in $extdir/pg_embed.control"
