@@ -339,7 +339,7 @@ impl Pipeline {
     /// sentence-transformers' `encode(..., prompt_name=...)` does: `None` is the default
     /// prompt (if any), `Some("")` no prompt.
     pub fn embed_with_prompt(&self, texts: &[&str], prompt_name: Option<&str>) -> Result<Vec<Vec<f32>>> {
-        let prepared = self.prepare(texts, prompt_name)?;
+        let prepared = self.prepare(texts, prompt_name, 1)?;
         let vectors = self.embed_encoded(&prepared.rows.iter().collect::<Vec<_>>())?;
         Ok(self.combine(vectors, &prepared.spans))
     }
@@ -355,7 +355,7 @@ impl Pipeline {
         threads: usize,
         mut before_batch: impl FnMut() -> Result<()>,
     ) -> Result<Vec<Vec<f32>>> {
-        let prepared = self.prepare(texts, None)?;
+        let prepared = self.prepare(texts, None, threads)?;
         let encoded = &prepared.rows;
         let lengths: Vec<usize> = encoded.iter().map(|r| r.ids.len()).collect();
         let threads = self.compute_threads(threads);
@@ -368,9 +368,9 @@ impl Pipeline {
 
     /// Token ids and the pooling skip of each input with the named prompt (see
     /// `embed_with_prompt`), an input longer than max_length handled as `long_input` says.
-    fn prepare(&self, texts: &[&str], prompt_name: Option<&str>) -> Result<Prepared> {
+    fn prepare(&self, texts: &[&str], prompt_name: Option<&str>, threads: usize) -> Result<Prepared> {
         self.dense_output("embed")?;
-        self.prepare_prompted(texts, self.prompt(prompt_name)?)
+        self.prepare_prompted(texts, self.prompt(prompt_name)?, threads)
     }
 
     /// An error unless this model gives dense vectors (what `call` returns).
@@ -395,13 +395,26 @@ impl Pipeline {
         if self.is_static { CALLING_THREAD } else { threads }
     }
 
-    /// As `prepare`, with the prompt resolved.
-    fn prepare_prompted(&self, texts: &[&str], prompt: Option<&Prompt>) -> Result<Prepared> {
+    /// Every input tokenized (`encode_prompted`): many inputs on `threads` threads (an
+    /// array's tokenizing is most of a static model's work), few on the calling thread.
+    fn encode_all(&self, texts: &[&str], prompt: Option<&Prompt>, threads: usize) -> Result<Vec<(Encoded, bool)>> {
+        /// Fewer inputs than this are tokenized on the calling thread.
+        const PARALLEL_FROM: usize = 64;
+        if threads <= 1 || texts.len() < PARALLEL_FROM {
+            return texts.iter().map(|t| self.encode_prompted(t, prompt)).collect();
+        }
+        use rayon::prelude::*;
+        crate::threads::run(threads, || {
+            texts.par_iter().with_min_len(16).map(|t| self.encode_prompted(t, prompt)).collect()
+        })?
+    }
+
+    /// As `prepare`, with the prompt resolved; tokenizing on `threads` threads (see `encode_all`).
+    fn prepare_prompted(&self, texts: &[&str], prompt: Option<&Prompt>, threads: usize) -> Result<Prepared> {
         let mut prepared =
             Prepared { rows: Vec::with_capacity(texts.len()), spans: Vec::with_capacity(texts.len()) };
         let (mut truncated, mut chunked) = (0, 0);
-        for text in texts {
-            let (row, cut) = self.encode_prompted(text, prompt)?;
+        for (text, (row, cut)) in texts.iter().zip(self.encode_all(texts, prompt, threads)?) {
             // A static model's input without tokens is a zero vector, as its mean is in
             // sentence-transformers and model2vec.
             if row.ids.is_empty() && !self.is_static {
@@ -719,7 +732,7 @@ impl Pipeline {
             self.stats.count_call(texts.len(), tokens);
             return Ok(out);
         }
-        let prepared = self.prepare_prompted(texts, prompt)?;
+        let prepared = self.prepare_prompted(texts, prompt, threads)?;
         let encoded = &prepared.rows;
         let lengths: Vec<usize> = encoded.iter().map(|r| r.ids.len()).collect();
         in_batches(&lengths, max_batch_tokens, threads, &mut before_batch, |batch| {
