@@ -318,13 +318,8 @@ impl Pipeline {
         };
         let types = if t.type_ids { types } else { Vec::new() };
         let (ids, types) = match t.drop_id {
-            Some(drop) => {
-                let keep: Vec<bool> = ids.iter().map(|id| *id != drop).collect();
-                let mut k = keep.iter();
-                let ids = ids.into_iter().filter(|_| *k.next().unwrap_or(&true)).collect();
-                let mut k = keep.iter();
-                (ids, types.into_iter().filter(|_| *k.next().unwrap_or(&true)).collect())
-            }
+            Some(drop) if types.len() == ids.len() => ids.into_iter().zip(types).filter(|(id, _)| *id != drop).unzip(),
+            Some(drop) => (ids.into_iter().filter(|id| *id != drop).collect(), types),
             None => (ids, types),
         };
         Ok((Encoded { ids, types, skip }, cut))
