@@ -192,7 +192,7 @@ mod tests {
     }
 
     #[pg_test(
-        error = "invalid options: unknown field `polling`, expected one of `pooling`, `normalize`, `max_length`, `dimensions`, `prompts`, `prompt`, `include_prompt`, `task`, `heads`, `long_input`, `precision`"
+        error = "invalid options: unknown field `polling`, expected one of `pooling`, `normalize`, `max_length`, `dimensions`, `prompts`, `prompt`, `include_prompt`, `task`, `heads`, `long_input`, `precision`, `max_terms`, `min_weight`"
     )]
     fn register_unknown_option() {
         Spi::run("SELECT embed.register_model('x', 'all-MiniLM-L6-v2', '{\"polling\": \"cls\"}')").unwrap();
