@@ -160,7 +160,9 @@ RESET enable_indexscan;
 -- A backfill and a dense model into a sparsevec column, and the reverse, refused by name.
 CREATE TABLE sparse_notes (id int PRIMARY KEY, body text, terms sparsevec(401), wrong sparsevec(400), dense real[]);
 INSERT INTO sparse_notes SELECT g, 'note number ' || g FROM generate_series(1, 10) g;
+SET client_min_messages = warning;   -- the progress NOTICEs carry rates
 CALL embed.backfill('sparse_notes', 'body', 'terms', 'splade', 4);
+RESET client_min_messages;
 SELECT count(terms) AS filled, bool_and(terms::text = embed_sparse('splade', body)::sparsevec::text) AS same FROM sparse_notes;
 SELECT pg_temp.err($$CALL embed.backfill('sparse_notes', 'body', 'wrong', 'splade', 4)$$);
 SELECT pg_temp.err($$CALL embed.backfill('sparse_notes', 'body', 'dense', 'splade', 4)$$);
@@ -168,8 +170,9 @@ SELECT pg_temp.err($$CALL embed.backfill('sparse_notes', 'body', 'terms', 'stati
 
 -- The asynchronous queue writes sparse vectors too. Its workers read pg_embed.model_dir
 -- from the database's settings: this suite's fixtures, for workers started from now on.
-SELECT format('ALTER DATABASE %I SET pg_embed.model_dir = %L', current_database(), current_setting('pg_embed.model_dir'))
-\gexec
+DO $$ BEGIN
+    EXECUTE format('ALTER DATABASE %I SET pg_embed.model_dir = %L', current_database(), current_setting('pg_embed.model_dir'));
+END $$;
 SELECT count(pg_terminate_backend(pid)) >= 0 AS restarted FROM pg_stat_activity
  WHERE backend_type = 'pg_embed vectorize' AND datname = current_database();
 SET client_min_messages = warning;
@@ -179,8 +182,9 @@ UPDATE sparse_notes SET terms = NULL, body = body || '!' WHERE id <= 3;
 SELECT embed.vectorize_wait('sparse_notes', 'terms', '30 seconds') AS drained;
 SELECT count(terms) AS filled, bool_and(terms::text = embed_sparse('splade', body)::sparsevec::text) AS same FROM sparse_notes;
 SELECT embed.unvectorize('sparse_notes', 'terms');
-SELECT format('ALTER DATABASE %I RESET pg_embed.model_dir', current_database())
-\gexec
+DO $$ BEGIN
+    EXECUTE format('ALTER DATABASE %I RESET pg_embed.model_dir', current_database());
+END $$;
 
 DROP TABLE docs, sparse_notes, golden;
 SELECT embed.drop_model(name) FROM embed.models WHERE name IN
