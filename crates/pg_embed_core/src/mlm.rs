@@ -181,11 +181,6 @@ impl MlmHead {
         self.decoder.outputs()
     }
 
-    pub fn parameters(&self) -> usize {
-        let h = self.transform.inputs();
-        h * h + h + 2 * h + self.decoder.outputs() * (h + 1)
-    }
-
     /// Logits [rows, vocab] of hidden states [rows, hidden].
     pub fn logits(&self, hidden: &[f32]) -> Vec<f32> {
         let mut x = self.transform.apply(hidden);
