@@ -81,6 +81,32 @@ info() { printf '    %s\n' "$*"; }
 note() { printf '    %s%s%s\n' "$_c_dim" "$*" "$_c_off"; }
 die()  { printf '%serror:%s %s\n' "$_c_red" "$_c_off" "$*" >&2; exit 1; }
 
+# The CPU kind the kernels choose by (see crates/pg_embed_core/src/cpu.rs): model name, the
+# flags that decide the path, and the caps set in the environment. One line each.
+cpu_kind() {
+    local model flags f line=""
+    model="$(sed -n 's/^model name[[:space:]]*:[[:space:]]*//p' /proc/cpuinfo 2>/dev/null | head -n 1)"
+    flags=" $(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | cut -d: -f2) "
+    for f in avx2 fma avx512f avx512_bf16 amx_bf16 amx_tile; do
+        case "$flags" in *" $f "*) line+="$f yes, " ;; *) line+="$f no, " ;; esac
+    done
+    echo "CPU: ${model:-unknown}, $(nproc) cores"
+    echo "flags: ${line%, }"
+    echo "PG_EMBED_CPU=${PG_EMBED_CPU:-(unset: everything the CPU has)}, PG_EMBED_BF16_KERNEL=${PG_EMBED_BF16_KERNEL:-(unset: the fastest usable)}"
+}
+# The PG_EMBED_CPU levels below this CPU's kind, fastest first (e.g. on an AVX512-BF16 CPU
+# without AMX: "avx512 avx2 portable").
+cpu_caps_below() {
+    local flags level=0 caps=(portable avx2 avx512 avx512-bf16 amx) i
+    flags=" $(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | cut -d: -f2) "
+    _cpu_has() { local f; for f in "$@"; do case "$flags" in *" $f "*) ;; *) return 1 ;; esac; done; }
+    _cpu_has avx2 fma && level=1
+    [ "$level" = 1 ] && _cpu_has avx512f avx512vl avx512dq && level=2
+    [ "$level" = 2 ] && _cpu_has avx512_bf16 && level=3
+    [ "$level" = 3 ] && _cpu_has amx_bf16 amx_tile && level=4
+    for ((i = level - 1; i >= 0; i--)); do printf '%s ' "${caps[$i]}"; done
+    echo
+}
 is_root() { [ "$(id -u)" -eq 0 ]; }
 
 # Run a command as the OS user that owns the cluster (cwd / so that an unreadable

@@ -3,7 +3,8 @@
 # once and shared by every stage: the build the tests run is the build that is installed).
 #   0. scripts/check_docker_test.py: docker/ checked statically (and the check itself tested)
 #   c. cargo test --release -p pg_embed_core: the pgrx-free core crate alone (kernels, models,
-#      pooling, pipeline; golden parity and property tests), no PostgreSQL needed
+#      pooling, pipeline; golden parity and property tests), no PostgreSQL needed; then again
+#      with PG_EMBED_CPU set to each CPU kind below this one (the paths those machines take)
 #   1. cargo pgrx test --release pg18 (#[pg_test] of the SQL layer in a throw-away cluster)
 #   2. cargo pgrx install --release
 #   3. a fresh, separate test server (port ${PG_EMBED_TEST_PORT:-28819}, .pg/test-data)
@@ -51,6 +52,9 @@ collect_cargo_times() {
 
 t_all=$EPOCHREALTIME
 declare -a summary=()
+# The CPU first: which kernels ran depends on it (a failure is read against it).
+step "CPU kind"
+while IFS= read -r line; do info "$line"; done < <(cpu_kind)
 section() { step "$*"; t_section=$EPOCHREALTIME; section_name="$*"; }
 section_done() {
     local d; d="$(elapsed_since "$t_section")"
@@ -83,6 +87,15 @@ if want core; then
     cargo test --release -p pg_embed_core 2>&1 | tee "$REPO/target/test-core.log"
     mapfile -t -O "${#suite_times[@]}" suite_times < <(collect_cargo_times core <"$REPO/target/test-core.log")
     section_done
+    # The same tests on the paths slower CPU kinds take (crates/pg_embed_core/src/cpu.rs),
+    # forced with PG_EMBED_CPU: every kind below this CPU's, so that a machine of any kind
+    # runs every path a user's machine could take (AMX itself only where the CPU has it).
+    for cap in $(cpu_caps_below); do
+        section "cargo test --release -p pg_embed_core, PG_EMBED_CPU=$cap"
+        PG_EMBED_CPU="$cap" cargo test --release -p pg_embed_core 2>&1 | tee "$REPO/target/test-core-$cap.log"
+        mapfile -t -O "${#suite_times[@]}" suite_times < <(collect_cargo_times "core-$cap" <"$REPO/target/test-core-$cap.log")
+        section_done
+    done
     if [ "$TEST_ONLY" = core ]; then
         step "core tests passed ($(elapsed_since "$t_all"))"
         exit 0

@@ -23,6 +23,7 @@
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::OnceLock;
 
+use crate::cpu::{cpu, Level};
 use crate::prepared::Shared;
 
 /// Output columns per panel (two 512-bit lines of pairs; two AMX tiles' width).
@@ -70,55 +71,11 @@ impl Kernel {
         match self {
             Kernel::Portable => Ok(()),
             Kernel::Avx512Bf16 if cpu.avx512_bf16 => Ok(()),
-            Kernel::Avx512Bf16 => Err("the CPU has no AVX512-BF16".into()),
-            Kernel::Amx if !cpu.amx_bf16 => Err("the CPU has no AMX-BF16".into()),
-            // The tile epilogue and row rounding run on AVX-512 there (every AMX CPU has it).
-            Kernel::Amx if !cpu.avx512 => Err("the CPU has AMX-BF16 without AVX-512".into()),
+            Kernel::Avx512Bf16 => Err(cpu.missing(Level::Avx512Bf16)),
+            Kernel::Amx if !cpu.amx_bf16 => Err(cpu.missing(Level::Amx)),
             Kernel::Amx => amx_permission().clone(),
         }
     }
-}
-
-/// The CPU features the kernels need, read once.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Cpu {
-    pub avx512: bool,
-    pub avx512_bf16: bool,
-    pub amx_bf16: bool,
-}
-
-pub fn cpu() -> Cpu {
-    static CPU: OnceLock<Cpu> = OnceLock::new();
-    *CPU.get_or_init(|| {
-        #[cfg(target_arch = "x86_64")]
-        {
-            use std::arch::x86_64::__cpuid_count;
-            let avx512 = crate::matmul::available();
-            let avx512_bf16 = avx512 && is_x86_feature_detected!("avx512bf16");
-            // CPUID.(EAX=7,ECX=0):EDX bit 22 AMX-BF16, bit 24 AMX-TILE; the OS must enable
-            // the tile state in XCR0 (bits 17 and 18) as well.
-            let edx = if __cpuid_count(0, 0).eax >= 7 { __cpuid_count(7, 0).edx } else { 0 };
-            let amx_cpu = edx & (1 << 22) != 0 && edx & (1 << 24) != 0;
-            let amx_bf16 = amx_cpu && xcr0() & (0b11 << 17) == 0b11 << 17;
-            Cpu { avx512, avx512_bf16, amx_bf16 }
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        Cpu::default()
-    })
-}
-
-/// XCR0: the state components the OS saves for us (0 when XSAVE is off).
-#[cfg(target_arch = "x86_64")]
-fn xcr0() -> u64 {
-    #[target_feature(enable = "xsave")]
-    unsafe fn read() -> u64 {
-        // SAFETY: the caller checked OSXSAVE.
-        unsafe { std::arch::x86_64::_xgetbv(0) }
-    }
-    // CPUID.1:ECX bit 27 is OSXSAVE, which makes XGETBV legal.
-    let osxsave = std::arch::x86_64::__cpuid(1).ecx & (1 << 27) != 0;
-    // SAFETY: XGETBV is enabled (OSXSAVE).
-    if osxsave { unsafe { read() } } else { 0 }
 }
 
 /// Asks Linux once per process for the AMX tile state (`arch_prctl(ARCH_REQ_XCOMP_PERM,
@@ -198,10 +155,13 @@ fn decided() -> &'static Dispatch {
                 None => notes.push(format!("PG_EMBED_BF16_KERNEL={name}: no such kernel")),
             }
         }
+        if let Some(cap) = cpu().cap {
+            notes.push(format!("PG_EMBED_CPU={}", cap.name()));
+        }
         for k in Kernel::ALL {
             match k.usable() {
                 Ok(()) => {
-                    // Only a refusal worth telling: an AMX CPU whose tiles were refused.
+                    // Only refusals worth telling: a cap, an AMX CPU whose tiles were refused.
                     let note = (!notes.is_empty()).then(|| notes.join("; "));
                     return Dispatch { kernel: k, note };
                 }

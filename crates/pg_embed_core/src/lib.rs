@@ -5,6 +5,7 @@
 
 pub mod chunk;
 pub mod classifier;
+pub mod cpu;
 pub mod error;
 pub mod heads;
 pub mod hub;

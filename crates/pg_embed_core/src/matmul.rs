@@ -24,21 +24,11 @@ const KC: usize = 512;
 /// were no better than 32).
 const PREFETCH: usize = 32;
 
-/// Whether this CPU has AVX-512 F, VL and DQ (checked once).
+/// Whether this process uses AVX-512 F, VL and DQ (`cpu`: the CPU has them and
+/// `PG_EMBED_CPU` does not cap them).
+#[inline]
 pub fn available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        *HAS.get_or_init(|| {
-            is_x86_feature_detected!("avx512f")
-                && is_x86_feature_detected!("avx512vl")
-                && is_x86_feature_detected!("avx512dq")
-                && is_x86_feature_detected!("avx2")
-                && is_x86_feature_detected!("fma")
-        })
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    false
+    crate::cpu::cpu().avx512
 }
 
 /// The weight layout the linear layers use on this CPU (what a prepared file of weights

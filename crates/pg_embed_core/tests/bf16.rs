@@ -1,9 +1,9 @@
 //! `precision: "bfloat16"` against float32, on every model: the real all-MiniLM-L6-v2 stays
 //! within cosine 0.9999 of sentence-transformers' float32 vectors, and every fixture within
 //! what PyTorch's own bfloat16 run of it moves from float32 (tests/fixtures/
-//! bf16_reference.json, made by scripts/gen_bf16_reference.py with torch.autocast). The
-//! kernels, forced one after another, give the same numbers: avx512-bf16 and portable bit
-//! for bit, amx-bf16 within float32 summation order of them.
+//! bf16_reference.json, made by scripts/gen_bf16_reference.py with torch.autocast). Each
+//! kernel this CPU can run, forced in turn, stays within that same bound; avx512-bf16 and
+//! portable agree bit for bit.
 
 mod common;
 
@@ -36,6 +36,35 @@ struct Deviation {
     output: String,
     torch_max_abs: f32,
     torch_min_cosine: f32,
+}
+
+/// How far one run's outputs are from another's: the largest element-wise difference and
+/// the smallest cosine over the rows (a 1-label row's "cosine" is the agreement of signs).
+#[derive(Clone, Copy, Debug)]
+struct Divergence {
+    max_abs: f32,
+    min_cos: f32,
+}
+
+fn divergence(got: &[Vec<f32>], want: &[Vec<f32>]) -> Divergence {
+    assert_eq!(got.len(), want.len());
+    let (mut max_abs, mut min_cos) = (0f32, 1f32);
+    for (g, w) in got.iter().zip(want) {
+        max_abs = max_abs.max(max_abs_diff(g, w));
+        min_cos = min_cos.min(if w.len() == 1 { (g[0] * w[0]).signum() } else { cosine(g, w) });
+    }
+    Divergence { max_abs, min_cos }
+}
+
+impl Deviation {
+    /// Whether a bfloat16 run that is `d` from the float32 one stays within what PyTorch's
+    /// own bfloat16 run moves the model: element-wise at most 2x PyTorch's max abs
+    /// difference; for embeddings, 1 - cosine at most 4x PyTorch's (a logit row of 1 to 3
+    /// labels has no useful cosine). See the test below for where these come from.
+    fn allows(&self, d: Divergence) -> bool {
+        d.max_abs <= 2.0 * self.torch_max_abs
+            && (self.output != "embedding" || 1.0 - d.min_cos <= 4.0 * (1.0 - self.torch_min_cosine))
+    }
 }
 
 fn reference() -> Reference {
@@ -111,18 +140,17 @@ fn every_model_in_bfloat16_moves_no_more_than_pytorch_bfloat16_does() {
         let got = outputs(&p);
         assert_eq!(got.len(), want.len(), "{name}");
         assert_eq!(torch.output == "logits", p.info().task == "classify", "{name}");
-        let (mut max_abs, mut min_cos) = (0f32, 1f32);
-        for (g, w) in got.iter().zip(&want) {
-            max_abs = max_abs.max(max_abs_diff(g, w));
-            min_cos = min_cos.min(if w.len() == 1 { (g[0] * w[0]).signum() } else { cosine(g, w) });
-        }
+        let d = divergence(&got, &want);
         eprintln!(
-            "{name}: max abs {max_abs:.2e} (torch {:.2e}), min cosine {min_cos:.6} (torch {:.6})",
-            torch.torch_max_abs, torch.torch_min_cosine
+            "{name} ({}): max abs {:.2e} (torch {:.2e}), min cosine {:.6} (torch {:.6})",
+            p.kernel(),
+            d.max_abs,
+            torch.torch_max_abs,
+            d.min_cos,
+            torch.torch_min_cosine
         );
-        assert!(max_abs > 0.0, "{name}: bfloat16 changed nothing: were the weights rounded?");
-        let embedding = torch.output == "embedding";
-        if max_abs > 2.0 * torch.torch_max_abs || (embedding && 1.0 - min_cos > 4.0 * (1.0 - torch.torch_min_cosine)) {
+        assert!(d.max_abs > 0.0, "{name}: bfloat16 changed nothing: were the weights rounded?");
+        if !torch.allows(d) {
             failed.push(name);
         }
         checked += 1;
@@ -131,43 +159,73 @@ fn every_model_in_bfloat16_moves_no_more_than_pytorch_bfloat16_does() {
     assert!(checked >= 60, "{checked} models checked");
 }
 
-/// The same model with each usable kernel forced: avx512-bf16 and portable add in the same
-/// order (bit for bit); amx-bf16 adds the even product of each pair first.
+/// The same models with each kernel this CPU can run forced in turn: every kernel within
+/// the bound above of the model's float32 outputs, and avx512-bf16 equal to portable bit for
+/// bit (they add in the same order).
+///
+/// amx-bf16 adds each pair's products in another order, so it is compared with float32
+/// under the bound, not with the other kernels bit for bit. That bound fits it as well as
+/// it fits the others: one ulp of a float32 sum in a different order flips the bfloat16
+/// rounding of some activation, and that difference is carried through every later layer,
+/// so two correct kernels differ by about as much as bfloat16 differs from float32, which
+/// is what PyTorch's deviation measures (on an AMX Xeon, all-MiniLM-L6-v2: amx-bf16 vs
+/// portable 1 - cosine 1.2e-5, PyTorch's bfloat16 vs float32 3.4e-5). A wrong kernel is
+/// far outside it. Faults put into avx512-bf16's tile on purpose (Zen 4) and this test run:
+/// one input pair of 192 skipped left MiniLM at min cosine 0.977 (the bound: 0.99986), the
+/// last 16-pair step (one AMX tile's depth) skipped 0.70, the panel's two halves swapped
+/// 0.022; every model of the four was beyond the bound each time.
 #[test]
-fn forced_kernels_give_the_same_vectors() {
+fn forced_kernels_stay_within_pytorchs_bfloat16_deviation() {
     let _turn = FORCING.lock().unwrap_or_else(|e| e.into_inner());
+    let reference = reference();
     let dirs = [
         root().join("models/all-MiniLM-L6-v2"),
         root().join("tests/fixtures/backbones/deberta_v2"),
         root().join("tests/fixtures/decoders/qwen3_embed"),
         root().join("tests/fixtures/images/clip"),
     ];
+    let mut failed = Vec::new();
     for dir in dirs {
-        let p = Pipeline::load(&dir, &bf16_options()).unwrap();
+        let name = key(&dir);
+        let torch = &reference.models[&name];
+        let want = outputs(&Pipeline::load(&dir, &Options::default()).unwrap());
         let mut by_kernel = Vec::new();
         for kernel in Kernel::ALL {
             match bf16::force(Some(kernel)) {
                 Ok(()) => {
+                    // Loaded anew: nothing one kernel computed (e.g. DeBERTa's projected
+                    // relative positions) is kept for the next.
+                    let p = Pipeline::load(&dir, &bf16_options()).unwrap();
                     assert!(p.kernel().starts_with(kernel.name()), "{}", p.kernel());
                     by_kernel.push((kernel, outputs(&p)));
                 }
-                Err(why) => eprintln!("{}: not tested here: {why}", kernel.name()),
+                Err(why) => eprintln!("{name}: {} not tested here: {why}", kernel.name()),
             }
         }
         bf16::force(None).unwrap();
-        let portable = &by_kernel.iter().find(|(k, _)| *k == Kernel::Portable).unwrap().1;
-        for (kernel, out) in &by_kernel {
-            match kernel {
-                Kernel::Amx => {
-                    for (a, b) in out.iter().zip(portable) {
-                        assert!(cosine(a, b) >= 0.99999, "{}: amx-bf16 vs portable: {}", dir.display(), cosine(a, b));
-                    }
-                }
-                _ => assert_eq!(out, portable, "{}: {} vs portable", dir.display(), kernel.name()),
+        for (kernel, got) in &by_kernel {
+            let d = divergence(got, &want);
+            let verdict = if torch.allows(d) { "within" } else { "BEYOND" };
+            eprintln!(
+                "{name}: {} vs float32: max abs {:.2e}, min cosine {:.8}: {verdict} the bound (max abs {:.2e}, min cosine {:.8})",
+                kernel.name(),
+                d.max_abs,
+                d.min_cos,
+                2.0 * torch.torch_max_abs,
+                1.0 - 4.0 * (1.0 - torch.torch_min_cosine)
+            );
+            if !torch.allows(d) {
+                failed.push(format!("{name}: {}", kernel.name()));
             }
         }
-        eprintln!("{}: {} kernels agree", dir.display(), by_kernel.len());
+        let portable = &by_kernel.iter().find(|(k, _)| *k == Kernel::Portable).unwrap().1;
+        if let Some((_, avx512)) = by_kernel.iter().find(|(k, _)| *k == Kernel::Avx512Bf16) {
+            if avx512 != portable {
+                failed.push(format!("{name}: avx512-bf16 is not portable's bit for bit"));
+            }
+        }
     }
+    assert!(failed.is_empty(), "beyond the bound from torch's own bfloat16 deviation, or not bit for bit: {failed:?}");
 }
 
 /// bfloat16 weights are a prepared file of their own (the key holds the options), mapped

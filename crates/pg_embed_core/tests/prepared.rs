@@ -132,6 +132,21 @@ fn damaged_and_foreign_files_are_rebuilt_never_trusted() {
     let note = p.sharing().note.clone().unwrap_or_default();
     assert!(p.sharing().built() && note.contains("expected"), "{note}");
     assert_eq!(outputs(&p), want);
+
+    // A file whose weights are in the other CPU kind's layout (AVX-512 panels or torch's
+    // rows, `PG_EMBED_CPU` decides which this process uses), under this file's name.
+    use pg_embed_core::prepared::file;
+    let ours = pg_embed_core::matmul::layout();
+    let other = if ours == "avx512-panels32" { "torch-rows" } else { "avx512-panels32" };
+    let mut header = file::peek(&path).unwrap();
+    header.layout = other.into();
+    file::write(&path, &header, &serde_json::json!({}), &file::Expect { key: &header.key, layout: other }).unwrap();
+    assert_eq!(file::peek(&path).unwrap().layout, other);
+    let (p, _) = load_and_write(&store, &bert());
+    let note = p.sharing().note.clone().unwrap_or_default();
+    assert!(p.sharing().built() && note.contains(&format!("layout {other}")), "{note}");
+    assert_eq!(outputs(&p), want);
+    assert_eq!(file::peek(&path).unwrap().layout, ours, "rewritten in this process's layout");
     let _ = std::fs::remove_dir_all(&tmp);
     let _ = std::fs::remove_dir_all(&tmp2);
 }

@@ -77,9 +77,16 @@ fn splade_matches_sentence_transformers_one_by_one_and_batched() {
         for (got, case) in sparse(&p, &texts, None).iter().zip(cases) {
             worst = worst.max(check(got, case, "", &format!("{name}/{} (batched)", case["name"])));
         }
-        // Batches of a few tokens: the same vectors.
+        // Batches of a few tokens: the same vectors, bit for bit where the float32 product
+        // adds each output in one chain whatever the rows (AVX-512); elsewhere (AVX2: the
+        // gemm crate, whose blocking depends on the rows) within the reference's tolerance.
         let small = p.embed_sparse(&texts, None, 16, 1, || Ok(())).unwrap();
-        assert_eq!(small, sparse(&p, &texts, None), "{name}: batching changes nothing");
+        for (got, case) in small.iter().zip(cases) {
+            worst = worst.max(check(got, case, "", &format!("{name}/{} (batches of 16 tokens)", case["name"])));
+        }
+        if pg_embed_core::matmul::available() {
+            assert_eq!(small, sparse(&p, &texts, None), "{name}: batching changes nothing");
+        }
         eprintln!("{name}: {} cases, worst weight difference {worst:e}", cases.len());
     }
 }

@@ -1,11 +1,11 @@
 //! Element-wise building blocks shared by the layers: single-precision exp and erf that
 //! vectorise, lane-wise sums, and the CPU features the `dispatch!` functions choose by.
 
-/// Whether this CPU has AVX2 and FMA (checked once).
+/// Whether this process uses AVX2 and FMA (`cpu`).
 #[cfg(target_arch = "x86_64")]
+#[inline]
 pub(crate) fn avx2() -> bool {
-    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *HAS.get_or_init(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"))
+    crate::cpu::cpu().avx2
 }
 
 /// Width of the partial sums that let reductions vectorise.
