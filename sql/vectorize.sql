@@ -3,6 +3,14 @@
 -- workers (src/worker.rs) embed the queue in batches behind the writes, each batch one
 -- embed(model, text[]) call, one UPDATE and one COMMIT, as the role that called
 -- embed.vectorize. Rows that keep failing go to embed.vectorize_errors.
+--
+-- The contract: once writes commit and the queue drains, every row of a vectorized table
+-- holds embed(model, source) of its current source (NULL for a NULL source), or has a row in
+-- embed.vectorize_errors that says why. Keys are queued as text written (and read back)
+-- under fixed settings, so no session's DateStyle, IntervalStyle, TimeZone,
+-- extra_float_digits, bytea_output or lc_monetary changes them; DDL on a vectorized table is
+-- followed (renames, types, partitions) or refused (dropping its columns or triggers) by the
+-- event triggers at the end of this file.
 
 -- One row per vectorized (table, target column).
 CREATE TABLE embed.vectorizers (
@@ -25,6 +33,10 @@ CREATE TABLE embed.vectorizers (
     last_batch_seconds double precision,
     -- Set while the whole vectorizer waits (its model is not registered): no batch before.
     paused_until timestamptz,
+    -- The key, source and target columns by number, so that a rename is followed.
+    key_attnum smallint NOT NULL,
+    source_attnum smallint NOT NULL,
+    target_attnum smallint NOT NULL,
     UNIQUE (tbl, target_column)
 );
 COMMENT ON TABLE embed.vectorizers IS 'tables kept embedded by pg_embed''s background workers; see embed.vectorize.';
@@ -99,11 +111,35 @@ BEGIN
 END
 $$;
 
--- The statement trigger of a vectorized table (argument: the vectorizer's id): records the
--- keys of inserted rows, and of updated rows whose source changed. Runs as the extension's
--- owner, so a writer needs no privilege on the queue.
+-- The text of keys in the queue: what key::text gives under these settings, which every
+-- function that writes or reads queued keys sets (as its SET clauses), whatever the session
+-- has: embed._vectorize_enqueue, embed.vectorize, embed._vectorize_sync, embed._keys and the
+-- DDL trigger.
+-- SET DateStyle = 'ISO, YMD' SET IntervalStyle = 'postgres' SET TimeZone = 'UTC'
+-- SET extra_float_digits = 3 SET bytea_output = 'hex' SET lc_monetary = 'C'
+
+-- Queued keys (text) as an array of the key's type (the type of `proto`, a NULL of it).
+CREATE FUNCTION embed._keys(keys text[], proto anyelement)
+RETURNS anyarray LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp
+SET DateStyle = 'ISO, YMD' SET IntervalStyle = 'postgres' SET TimeZone = 'UTC'
+SET extra_float_digits = 3 SET bytea_output = 'hex' SET lc_monetary = 'C' AS $$
+DECLARE
+    typed ALIAS FOR $0;
+BEGIN
+    EXECUTE format('SELECT $1::%s[]', pg_typeof(proto)) INTO typed USING keys;
+    RETURN typed;
+END
+$$;
+
+-- The statement trigger of a vectorized table and of each of its partitions (argument: the
+-- vectorizer's id): records the keys of inserted rows, and of updated rows unless a row of
+-- the same key had the same source before and kept its vector (so a changed source, a
+-- changed key and a vector set to NULL all queue the row; the workers' own writes do not).
+-- Runs as the extension's owner, so a writer needs no privilege on the queue.
 CREATE FUNCTION embed._vectorize_enqueue() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+SET DateStyle = 'ISO, YMD' SET IntervalStyle = 'postgres' SET TimeZone = 'UTC'
+SET extra_float_digits = 3 SET bytea_output = 'hex' SET lc_monetary = 'C' AS $$
 DECLARE
     v embed.vectorizers;
 BEGIN
@@ -117,12 +153,71 @@ BEGIN
             USING v.id;
     ELSE
         EXECUTE format('INSERT INTO embed.vectorize_queue (vectorizer, key)
-                        SELECT $1, n.%1$I::text FROM pg_embed_new n JOIN pg_embed_old o USING (%1$I)
-                         WHERE n.%2$I IS DISTINCT FROM o.%2$I', v.key_column, v.source_column)
+                        SELECT $1, n.%1$I::text FROM pg_embed_new n
+                         WHERE NOT EXISTS (SELECT FROM pg_embed_old o
+                                            WHERE o.%1$I = n.%1$I AND o.%2$I IS NOT DISTINCT FROM n.%2$I
+                                              AND (n.%3$I IS NOT NULL OR o.%3$I IS NULL))',
+                       v.key_column, v.source_column, v.target_column)
             USING v.id;
     END IF;
     PERFORM embed._vectorize_launch(false);
     RETURN NULL;
+END
+$$;
+
+-- A vectorized table and every partition of it, at any depth.
+CREATE FUNCTION embed._vectorized_tables(rel regclass)
+RETURNS SETOF regclass LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT rel UNION SELECT p.relid FROM pg_partition_tree(rel) p
+$$;
+
+-- Puts the vectorizer's triggers on its table and on every partition of it (at any depth:
+-- a statement on a partition fires that partition's statement triggers, not its parent's),
+-- and removes them from tables that are no longer among them (a detached partition). With
+-- queue_new, every row of a table that gets the triggers here (an attached partition: its
+-- vectors may be stale, as its rows may have changed while it was detached) that has a
+-- source or a vector is queued. Returns how many were.
+CREATE FUNCTION embed._vectorize_sync(v embed.vectorizers, queue_new boolean)
+RETURNS integer LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+SET DateStyle = 'ISO, YMD' SET IntervalStyle = 'postgres' SET TimeZone = 'UTC'
+SET extra_float_digits = 3 SET bytea_output = 'hex' SET lc_monetary = 'C' AS $$
+DECLARE
+    name text := format('pg_embed_vectorize_%s', v.id);
+    rel regclass;
+    total integer := 0;
+    n integer;
+BEGIN
+    FOR rel IN SELECT t.tgrelid::regclass FROM pg_trigger t
+                WHERE t.tgname = name || '_ins' AND t.tgrelid NOT IN (SELECT embed._vectorized_tables(v.tbl))
+    LOOP
+        EXECUTE format('DROP TRIGGER %I ON %s', name || '_ins', rel);
+    END LOOP;
+    FOR rel IN SELECT t.tgrelid::regclass FROM pg_trigger t
+                WHERE t.tgname = name || '_upd' AND t.tgrelid NOT IN (SELECT embed._vectorized_tables(v.tbl))
+    LOOP
+        EXECUTE format('DROP TRIGGER %I ON %s', name || '_upd', rel);
+    END LOOP;
+    FOR rel IN SELECT r FROM embed._vectorized_tables(v.tbl) r
+                WHERE NOT EXISTS (SELECT FROM pg_trigger t WHERE t.tgrelid = r AND t.tgname = name || '_upd')
+    LOOP
+        EXECUTE format('CREATE TRIGGER %I AFTER UPDATE ON %s REFERENCING OLD TABLE AS pg_embed_old NEW TABLE AS pg_embed_new
+                        FOR EACH STATEMENT EXECUTE FUNCTION embed._vectorize_enqueue(%s)', name || '_upd', rel, v.id);
+    END LOOP;
+    FOR rel IN SELECT r FROM embed._vectorized_tables(v.tbl) r
+                WHERE NOT EXISTS (SELECT FROM pg_trigger t WHERE t.tgrelid = r AND t.tgname = name || '_ins')
+    LOOP
+        EXECUTE format('CREATE TRIGGER %I AFTER INSERT ON %s REFERENCING NEW TABLE AS pg_embed_new
+                        FOR EACH STATEMENT EXECUTE FUNCTION embed._vectorize_enqueue(%s)', name || '_ins', rel, v.id);
+        IF queue_new AND (SELECT c.relkind FROM pg_class c WHERE c.oid = rel) = 'r' THEN
+            EXECUTE format('INSERT INTO embed.vectorize_queue (vectorizer, key)
+                            SELECT $1, t.%I::text FROM ONLY %s t WHERE t.%I IS NOT NULL OR t.%I IS NOT NULL',
+                           v.key_column, rel, v.source_column, v.target_column)
+                USING v.id;
+            GET DIAGNOSTICS n = ROW_COUNT;
+            total := total + n;
+        END IF;
+    END LOOP;
+    RETURN total;
 END
 $$;
 
@@ -133,16 +228,17 @@ $$;
 -- owner may call it; the workers read and write the table as the calling role.
 CREATE FUNCTION embed.vectorize(tbl regclass, source_column text, target_column text, model text,
                                 batch_size integer DEFAULT 64)
-RETURNS integer LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+RETURNS integer LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+SET DateStyle = 'ISO, YMD' SET IntervalStyle = 'postgres' SET TimeZone = 'UTC'
+SET extra_float_digits = 3 SET bytea_output = 'hex' SET lc_monetary = 'C' AS $$
 DECLARE
     caller regrole := embed._outer_role();
     keys text[];
     key_type regtype;
     previous embed.vectorizers;
-    vid integer;
+    made embed.vectorizers;
     n integer;
     every_row boolean;
-    trigger_name text;
 BEGIN
     PERFORM embed._require_primary('embed.vectorize');
     IF batch_size IS NULL OR batch_size < 1 OR batch_size > 100000 THEN
@@ -150,6 +246,11 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     PERFORM embed._may_vectorize(tbl, 'vectorize');
+    IF pg_partition_root(tbl) <> tbl THEN
+        RAISE EXCEPTION 'cannot vectorize %: it is a partition of %', tbl, pg_partition_root(tbl)
+            USING ERRCODE = 'feature_not_supported',
+                  HINT = 'Vectorize the partitioned table: its partitions, also those attached later, are covered.';
+    END IF;
     -- The columns, and the model's dimension against the target column's.
     PERFORM embed._check_target(tbl, model, source_column, target_column);
     SELECT array_agg(a.attname ORDER BY k.ord), (array_agg(a.atttypid ORDER BY k.ord))[1]::regtype
@@ -166,25 +267,24 @@ BEGIN
     END IF;
     SELECT * INTO previous FROM embed.vectorizers v WHERE v.tbl = vectorize.tbl AND v.target_column = vectorize.target_column;
     every_row := FOUND AND (previous.model <> vectorize.model OR previous.source_column <> vectorize.source_column);
-    INSERT INTO embed.vectorizers AS v (tbl, source_column, target_column, model, batch_size, key_column, key_type, owner)
-    VALUES (tbl, source_column, target_column, model, batch_size, keys[1], key_type, caller)
+    INSERT INTO embed.vectorizers AS z (tbl, source_column, target_column, model, batch_size, key_column, key_type, owner,
+                                        key_attnum, source_attnum, target_attnum)
+    SELECT tbl, source_column, target_column, model, batch_size, keys[1], key_type, caller,
+           (SELECT a.attnum FROM pg_attribute a WHERE a.attrelid = tbl AND a.attname = keys[1]),
+           (SELECT a.attnum FROM pg_attribute a WHERE a.attrelid = tbl AND a.attname = source_column),
+           (SELECT a.attnum FROM pg_attribute a WHERE a.attrelid = tbl AND a.attname = target_column)
     ON CONFLICT ON CONSTRAINT vectorizers_tbl_target_column_key DO UPDATE
        SET source_column = EXCLUDED.source_column, model = EXCLUDED.model, batch_size = EXCLUDED.batch_size,
            key_column = EXCLUDED.key_column, key_type = EXCLUDED.key_type, owner = EXCLUDED.owner,
-           paused_until = NULL
-    RETURNING v.id INTO vid;
-    trigger_name := format('pg_embed_vectorize_%s', vid);
-    EXECUTE format('DROP TRIGGER IF EXISTS %I ON %s', trigger_name || '_ins', tbl);
-    EXECUTE format('DROP TRIGGER IF EXISTS %I ON %s', trigger_name || '_upd', tbl);
-    EXECUTE format('CREATE TRIGGER %I AFTER INSERT ON %s REFERENCING NEW TABLE AS pg_embed_new
-                    FOR EACH STATEMENT EXECUTE FUNCTION embed._vectorize_enqueue(%s)', trigger_name || '_ins', tbl, vid);
-    EXECUTE format('CREATE TRIGGER %I AFTER UPDATE ON %s REFERENCING OLD TABLE AS pg_embed_old NEW TABLE AS pg_embed_new
-                    FOR EACH STATEMENT EXECUTE FUNCTION embed._vectorize_enqueue(%s)', trigger_name || '_upd', tbl, vid);
+           key_attnum = EXCLUDED.key_attnum, source_attnum = EXCLUDED.source_attnum,
+           target_attnum = EXCLUDED.target_attnum, paused_until = NULL
+    RETURNING z.* INTO made;
+    PERFORM embed._vectorize_sync(made, false);
     EXECUTE format('INSERT INTO embed.vectorize_queue (vectorizer, key)
                     SELECT $1, t.%I::text FROM %s t WHERE t.%I IS NOT NULL AND ($2 OR t.%I IS NULL)
                        AND NOT EXISTS (SELECT FROM embed.vectorize_queue q WHERE q.vectorizer = $1 AND q.key = t.%I::text)',
                    keys[1], tbl, source_column, target_column, keys[1])
-        USING vid, every_row;
+        USING made.id, every_row;
     GET DIAGNOSTICS n = ROW_COUNT;
     PERFORM embed._vectorize_launch(true);
     RETURN n;
@@ -201,9 +301,9 @@ BEGIN
     PERFORM embed._require_primary('embed.unvectorize');
     v := embed._vectorizer(tbl, target_column);
     PERFORM embed._may_vectorize(tbl, 'unvectorize');
-    EXECUTE format('DROP TRIGGER IF EXISTS %I ON %s', format('pg_embed_vectorize_%s_ins', v.id), tbl);
-    EXECUTE format('DROP TRIGGER IF EXISTS %I ON %s', format('pg_embed_vectorize_%s_upd', v.id), tbl);
+    -- The vectorizer first: the DDL trigger refuses to drop the triggers of one that exists.
     DELETE FROM embed.vectorizers WHERE id = v.id;
+    PERFORM embed._vectorize_drop_triggers(v.id);
 END
 $$;
 
@@ -253,16 +353,20 @@ BEGIN
         EXECUTE format(
             'WITH rows AS MATERIALIZED (
                  SELECT t.%1$I AS k, t.%2$I%6$s AS s, row_number() OVER (ORDER BY t.%1$I) AS ord
-                   FROM %3$s t WHERE t.%1$I = ANY ($1::%4$s[]) AND t.%2$I IS NOT NULL),
+                   FROM %3$s t WHERE t.%1$I IN (SELECT unnest(embed._keys($1, NULL::%4$s))) AND t.%2$I IS NOT NULL),
                   vecs AS (SELECT e.vec, e.ord FROM @extschema@.%5$s($2, ARRAY(SELECT s FROM rows ORDER BY ord))
                                                     WITH ORDINALITY AS e(vec, ord))
-             UPDATE %3$s t SET %7$I = vecs.vec%8$s FROM rows JOIN vecs USING (ord) WHERE t.%1$I = rows.k',
+             UPDATE %3$s t SET %7$I = vecs.vec%8$s FROM rows JOIN vecs USING (ord)
+              WHERE t.%1$I = rows.k AND t.%2$I%6$s = rows.s',
+            -- (The source compared again: a row whose source a writer changed meanwhile is
+            -- left to that writer's queue entry, not given the old source's vector.)
             v.key_column, v.source_column, v.tbl, v.key_type, writer.fn,
             CASE WHEN kind = 'image' THEN '' ELSE '::text' END, v.target_column, writer.cast_to)
             USING keys, v.model;
         GET DIAGNOSTICS n = ROW_COUNT;
         -- A source set to NULL: the vector goes too.
-        EXECUTE format('UPDATE %1$s t SET %3$I = NULL WHERE t.%2$I = ANY ($1::%4$s[]) AND t.%5$I IS NULL AND t.%3$I IS NOT NULL',
+        EXECUTE format('UPDATE %1$s t SET %3$I = NULL WHERE t.%2$I IN (SELECT unnest(embed._keys($1, NULL::%4$s)))
+                          AND t.%5$I IS NULL AND t.%3$I IS NOT NULL',
                        v.tbl, v.key_column, v.target_column, v.key_type, v.source_column)
             USING keys;
         RESET ROLE;
@@ -377,3 +481,114 @@ BEGIN
     END LOOP;
 END
 $$;
+
+-- Removes the triggers of vectorizer `vid` from every table that has them.
+CREATE FUNCTION embed._vectorize_drop_triggers(vid integer)
+RETURNS void LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    t record;
+BEGIN
+    FOR t IN SELECT g.tgname, g.tgrelid::regclass AS rel FROM pg_trigger g
+              WHERE g.tgname IN (format('pg_embed_vectorize_%s_ins', vid), format('pg_embed_vectorize_%s_upd', vid))
+    LOOP
+        EXECUTE format('DROP TRIGGER IF EXISTS %I ON %s', t.tgname, t.rel);
+    END LOOP;
+END
+$$;
+
+-- After ALTER TABLE and CREATE TABLE: every vectorizer follows renames of its columns (by
+-- number), a new type of its key (queued keys and error keys converted) and of its source
+-- and target (checked again: a target that no longer fits the model is refused), and its
+-- table's partitions (attached or created ones get the triggers and their rows without a
+-- vector are queued; detached ones lose the triggers). A vectorized table made a partition
+-- of another is refused.
+CREATE FUNCTION embed._vectorize_ddl() RETURNS event_trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+SET DateStyle = 'ISO, YMD' SET IntervalStyle = 'postgres' SET TimeZone = 'UTC'
+SET extra_float_digits = 3 SET bytea_output = 'hex' SET lc_monetary = 'C' AS $$
+DECLARE
+    v embed.vectorizers;
+    now_key name;
+    now_source name;
+    now_target name;
+    now_key_type regtype;
+    source_type_changed boolean;
+BEGIN
+    FOR v IN SELECT * FROM embed.vectorizers z WHERE EXISTS (SELECT FROM pg_class c WHERE c.oid = z.tbl) ORDER BY z.id LOOP
+        IF pg_partition_root(v.tbl) <> v.tbl THEN
+            RAISE EXCEPTION 'cannot make % a partition of %: it is vectorized', v.tbl, pg_partition_root(v.tbl)
+                USING ERRCODE = 'feature_not_supported',
+                      HINT = format('Call embed.unvectorize(%L, %L) first, then vectorize the partitioned table.',
+                                    v.tbl::text, v.target_column);
+        END IF;
+        SELECT attname, atttypid::regtype INTO now_key, now_key_type
+          FROM pg_attribute WHERE attrelid = v.tbl AND attnum = v.key_attnum;
+        SELECT attname INTO now_source FROM pg_attribute WHERE attrelid = v.tbl AND attnum = v.source_attnum;
+        SELECT attname INTO now_target FROM pg_attribute WHERE attrelid = v.tbl AND attnum = v.target_attnum;
+        IF now_key_type <> v.key_type THEN
+            -- Queued keys and error keys as the new type's text (a key the new type cannot
+            -- take refuses the change).
+            EXECUTE format('UPDATE embed.vectorize_queue SET key = key::%s::%s::text WHERE vectorizer = $1',
+                           v.key_type, now_key_type) USING v.id;
+            EXECUTE format('UPDATE embed.vectorize_errors SET key = key::%s::%s::text WHERE vectorizer = $1 AND key IS NOT NULL',
+                           v.key_type, now_key_type) USING v.id;
+        END IF;
+        IF (now_key, now_source, now_target, now_key_type) IS DISTINCT FROM
+           (v.key_column::name, v.source_column::name, v.target_column::name, v.key_type) THEN
+            UPDATE embed.vectorizers
+               SET key_column = now_key, source_column = now_source, target_column = now_target, key_type = now_key_type
+             WHERE id = v.id
+            RETURNING * INTO v;
+        END IF;
+        -- The target (and the source's kind) against the model, when the model is registered.
+        IF EXISTS (SELECT FROM embed.models m WHERE m.name = v.model) THEN
+            PERFORM embed._check_target(v.tbl, v.model, v.source_column, v.target_column);
+        END IF;
+        PERFORM embed._vectorize_sync(v, true);
+    END LOOP;
+END
+$$;
+
+-- sql_drop: a dropped vectorized table takes its vectorizer (and queue and errors) along;
+-- dropping the key, source or target column of a vectorized table, or one of its triggers
+-- while it is vectorized, is refused.
+CREATE FUNCTION embed._vectorize_drop() RETURNS event_trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    o record;
+    v record;
+BEGIN
+    IF to_regclass('embed.vectorizers') IS NULL THEN
+        RETURN; -- DROP EXTENSION pg_embed
+    END IF;
+    FOR o IN SELECT * FROM pg_event_trigger_dropped_objects() d WHERE d.object_type = 'table' LOOP
+        DELETE FROM embed.vectorizers z WHERE z.tbl::oid = o.objid;
+    END LOOP;
+    FOR o IN SELECT * FROM pg_event_trigger_dropped_objects() d WHERE d.object_type = 'table column' LOOP
+        SELECT * INTO v FROM embed.vectorizers z
+         WHERE z.tbl::oid = o.objid AND o.objsubid IN (z.key_attnum, z.source_attnum, z.target_attnum);
+        IF FOUND THEN
+            RAISE EXCEPTION 'cannot drop %: % is vectorized', o.object_identity, v.tbl
+                USING ERRCODE = 'dependent_objects_still_exist',
+                      HINT = format('Call embed.unvectorize(%L, %L) first.', v.tbl::text, v.target_column);
+        END IF;
+    END LOOP;
+    FOR o IN SELECT * FROM pg_event_trigger_dropped_objects() d
+              WHERE d.object_type = 'trigger' AND d.original AND d.address_names[3] ~ '^pg_embed_vectorize_[0-9]+_(ins|upd)$' LOOP
+        SELECT * INTO v FROM embed.vectorizers z
+         WHERE z.id = substring(o.address_names[3] FROM '^pg_embed_vectorize_([0-9]+)_')::integer;
+        IF FOUND AND to_regclass(format('%I.%I', o.address_names[1], o.address_names[2]))
+                     IN (SELECT embed._vectorized_tables(v.tbl)) THEN
+            RAISE EXCEPTION 'cannot drop %: it keeps % vectorized', o.object_identity, v.tbl
+                USING ERRCODE = 'dependent_objects_still_exist',
+                      HINT = format('Call embed.unvectorize(%L, %L) to stop embedding.', v.tbl::text, v.target_column);
+        END IF;
+    END LOOP;
+END
+$$;
+
+CREATE EVENT TRIGGER pg_embed_vectorize_ddl ON ddl_command_end
+    WHEN TAG IN ('ALTER TABLE', 'CREATE TABLE')
+    EXECUTE FUNCTION embed._vectorize_ddl();
+CREATE EVENT TRIGGER pg_embed_vectorize_drop ON sql_drop
+    EXECUTE FUNCTION embed._vectorize_drop();

@@ -115,6 +115,12 @@ fn start_worker(db: pg_sys::Oid, wait: bool) -> Result<(), String> {
 pub extern "C-unwind" fn pg_embed_vectorize_main(arg: pg_sys::Datum) {
     BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
     let db = pg_sys::Oid::from(arg.value() as u32);
+    if !database_exists(db) {
+        // Dropped: leave with exit code 0 (not restarted). Connecting would fail with FATAL,
+        // exit code 1, and the postmaster would start the worker again every second.
+        log!("pg_embed vectorize worker: database {} no longer exists; leaving", db.to_u32());
+        return;
+    }
     BackgroundWorker::connect_worker_to_spi_by_oid(Some(db), None);
     let Some(slot) = BackgroundWorker::transaction(claim_slot) else {
         // The database has its workers, or no pg_embed: nothing to do (exit 0: not restarted).
@@ -168,6 +174,18 @@ fn terminate(db: pg_sys::Oid) -> ! {
     {
         unreachable!("proc_exit returned")
     }
+}
+
+/// Whether database `db` exists, seen from its directory under the data directory (the
+/// working directory of every server process): `base/<oid>`, or `pg_tblspc/*/*/<oid>` for a
+/// database in another tablespace. Read before connecting, when no catalog can be read.
+fn database_exists(db: pg_sys::Oid) -> bool {
+    let oid = db.to_u32().to_string();
+    if std::path::Path::new("base").join(&oid).is_dir() {
+        return true;
+    }
+    let dirs = |p: &std::path::Path| std::fs::read_dir(p).into_iter().flatten().flatten().map(|e| e.path());
+    dirs(std::path::Path::new("pg_tblspc")).any(|space| dirs(&space).any(|version| version.join(&oid).is_dir()))
 }
 
 /// The first free slot of this database's workers, or None (all taken, or no pg_embed here).
