@@ -112,11 +112,11 @@ END
 $$;
 
 -- The text of keys in the queue: what key::text gives under these settings, which every
--- function that writes or reads queued keys sets (as its SET clauses), whatever the session
--- has: embed._vectorize_enqueue, embed.vectorize, embed._vectorize_sync, embed._keys and the
--- DDL trigger.
--- SET DateStyle = 'ISO, YMD' SET IntervalStyle = 'postgres' SET TimeZone = 'UTC'
--- SET extra_float_digits = 3 SET bytea_output = 'hex' SET lc_monetary = 'C'
+-- function that writes or reads queued keys sets (as its SET clauses) whatever the session
+-- has: the enqueue function of a key type whose text depends on them (embed._vectorize_
+-- enqueue_source), embed.vectorize, embed._vectorize_sync, embed._keys and the DDL trigger.
+--   SET DateStyle = 'ISO, YMD' SET IntervalStyle = 'postgres' SET TimeZone = 'UTC'
+--   SET extra_float_digits = 3 SET bytea_output = 'hex' SET lc_monetary = 'C'
 
 -- Queued keys (text) as an array of the key's type (the type of `proto`, a NULL of it).
 CREATE FUNCTION embed._keys(keys text[], proto anyelement)
@@ -131,39 +131,41 @@ BEGIN
 END
 $$;
 
--- The statement trigger of a vectorized table and of each of its partitions (argument: the
--- vectorizer's id): records the keys of inserted rows, and of updated rows unless a row of
--- the same key had the same source before and kept its vector (so a changed source, a
--- changed key and a vector set to NULL all queue the row; the workers' own writes do not).
--- Runs as the extension's owner, so a writer needs no privilege on the queue.
-CREATE FUNCTION embed._vectorize_enqueue() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-SET DateStyle = 'ISO, YMD' SET IntervalStyle = 'postgres' SET TimeZone = 'UTC'
-SET extra_float_digits = 3 SET bytea_output = 'hex' SET lc_monetary = 'C' AS $$
-DECLARE
-    v embed.vectorizers;
+-- The statement trigger function of vectorizer `v` (embed._vectorize_enqueue_<id>, made by
+-- embed._vectorize_sync for each vectorizer and made again when its columns change): records
+-- the keys of inserted rows, and of updated rows unless a row of the same key had the same
+-- source before and kept its vector (so a changed source, a changed key and a vector set to
+-- NULL all queue the row; the workers' own writes do not). Static SQL, so that each session
+-- plans it once (a writer pays about what pgai's queue trigger costs: bench/
+-- vectorize_insert.sh). The settings above are set only for a key type whose text depends
+-- on them. Runs as the extension's owner, so a writer needs no privilege on the queue.
+CREATE FUNCTION embed._vectorize_enqueue_source(v embed.vectorizers)
+RETURNS text LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $src$
+    SELECT format($f$CREATE OR REPLACE FUNCTION embed.%1$I() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp%2$s AS $body$
 BEGIN
-    SELECT * INTO v FROM embed.vectorizers WHERE id = TG_ARGV[0]::integer;
-    IF NOT FOUND THEN
-        RETURN NULL;
-    END IF;
     IF TG_OP = 'INSERT' THEN
-        EXECUTE format('INSERT INTO embed.vectorize_queue (vectorizer, key) SELECT $1, n.%I::text FROM pg_embed_new n',
-                       v.key_column)
-            USING v.id;
+        INSERT INTO embed.vectorize_queue (vectorizer, key) SELECT %3$s, n.%4$I::text FROM pg_embed_new n;
     ELSE
-        EXECUTE format('INSERT INTO embed.vectorize_queue (vectorizer, key)
-                        SELECT $1, n.%1$I::text FROM pg_embed_new n
-                         WHERE NOT EXISTS (SELECT FROM pg_embed_old o
-                                            WHERE o.%1$I = n.%1$I AND o.%2$I IS NOT DISTINCT FROM n.%2$I
-                                              AND (n.%3$I IS NOT NULL OR o.%3$I IS NULL))',
-                       v.key_column, v.source_column, v.target_column)
-            USING v.id;
+        INSERT INTO embed.vectorize_queue (vectorizer, key)
+        SELECT %3$s, n.%4$I::text FROM pg_embed_new n
+         WHERE NOT EXISTS (SELECT FROM pg_embed_old o
+                            WHERE o.%4$I = n.%4$I AND o.%5$I IS NOT DISTINCT FROM n.%5$I
+                              AND (n.%6$I IS NOT NULL OR o.%6$I IS NULL));
     END IF;
     PERFORM embed._vectorize_launch(false);
     RETURN NULL;
 END
-$$;
+$body$$f$,
+        'pg_embed_vectorize_' || v.id,
+        CASE WHEN v.key_type IN ('smallint'::regtype, 'integer'::regtype, 'bigint'::regtype, 'text'::regtype,
+                                 'character varying'::regtype, 'character'::regtype, 'uuid'::regtype,
+                                 'numeric'::regtype, 'boolean'::regtype, 'name'::regtype, 'oid'::regtype)
+             THEN ''
+             ELSE E'\nSET DateStyle = ''ISO, YMD'' SET IntervalStyle = ''postgres'' SET TimeZone = ''UTC''\n'
+                  'SET extra_float_digits = 3 SET bytea_output = ''hex'' SET lc_monetary = ''C''' END,
+        v.id, v.key_column, v.source_column, v.target_column)
+$src$;
 
 -- A vectorized table and every partition of it, at any depth.
 CREATE FUNCTION embed._vectorized_tables(rel regclass)
@@ -171,7 +173,8 @@ RETURNS SETOF regclass LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp
     SELECT rel UNION SELECT p.relid FROM pg_partition_tree(rel) p
 $$;
 
--- Puts the vectorizer's triggers on its table and on every partition of it (at any depth:
+-- (Re)makes the vectorizer's enqueue function and puts its triggers on its table and on
+-- every partition of it (at any depth:
 -- a statement on a partition fires that partition's statement triggers, not its parent's),
 -- and removes them from tables that are no longer among them (a detached partition). With
 -- queue_new, every row of a table that gets the triggers here (an attached partition: its
@@ -183,10 +186,15 @@ SET DateStyle = 'ISO, YMD' SET IntervalStyle = 'postgres' SET TimeZone = 'UTC'
 SET extra_float_digits = 3 SET bytea_output = 'hex' SET lc_monetary = 'C' AS $$
 DECLARE
     name text := format('pg_embed_vectorize_%s', v.id);
+    fn regprocedure;
     rel regclass;
     total integer := 0;
     n integer;
 BEGIN
+    -- The enqueue function, as the vectorizer's columns are now.
+    EXECUTE embed._vectorize_enqueue_source(v);
+    fn := format('embed.%I()', name)::regprocedure;
+    -- Triggers on tables no longer covered go.
     FOR rel IN SELECT t.tgrelid::regclass FROM pg_trigger t
                 WHERE t.tgname = name || '_ins' AND t.tgrelid NOT IN (SELECT embed._vectorized_tables(v.tbl))
     LOOP
@@ -201,13 +209,13 @@ BEGIN
                 WHERE NOT EXISTS (SELECT FROM pg_trigger t WHERE t.tgrelid = r AND t.tgname = name || '_upd')
     LOOP
         EXECUTE format('CREATE TRIGGER %I AFTER UPDATE ON %s REFERENCING OLD TABLE AS pg_embed_old NEW TABLE AS pg_embed_new
-                        FOR EACH STATEMENT EXECUTE FUNCTION embed._vectorize_enqueue(%s)', name || '_upd', rel, v.id);
+                        FOR EACH STATEMENT EXECUTE FUNCTION %s', name || '_upd', rel, fn);
     END LOOP;
     FOR rel IN SELECT r FROM embed._vectorized_tables(v.tbl) r
                 WHERE NOT EXISTS (SELECT FROM pg_trigger t WHERE t.tgrelid = r AND t.tgname = name || '_ins')
     LOOP
         EXECUTE format('CREATE TRIGGER %I AFTER INSERT ON %s REFERENCING NEW TABLE AS pg_embed_new
-                        FOR EACH STATEMENT EXECUTE FUNCTION embed._vectorize_enqueue(%s)', name || '_ins', rel, v.id);
+                        FOR EACH STATEMENT EXECUTE FUNCTION %s', name || '_ins', rel, fn);
         IF queue_new AND (SELECT c.relkind FROM pg_class c WHERE c.oid = rel) = 'r' THEN
             EXECUTE format('INSERT INTO embed.vectorize_queue (vectorizer, key)
                             SELECT $1, t.%I::text FROM ONLY %s t WHERE t.%I IS NOT NULL OR t.%I IS NOT NULL',
@@ -482,7 +490,8 @@ BEGIN
 END
 $$;
 
--- Removes the triggers of vectorizer `vid` from every table that has them.
+-- Removes the triggers of vectorizer `vid` from every table that has them, and its enqueue
+-- function.
 CREATE FUNCTION embed._vectorize_drop_triggers(vid integer)
 RETURNS void LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -493,6 +502,7 @@ BEGIN
     LOOP
         EXECUTE format('DROP TRIGGER IF EXISTS %I ON %s', t.tgname, t.rel);
     END LOOP;
+    EXECUTE format('DROP FUNCTION IF EXISTS embed.%I()', 'pg_embed_vectorize_' || vid);
 END
 $$;
 
@@ -562,7 +572,20 @@ BEGIN
         RETURN; -- DROP EXTENSION pg_embed
     END IF;
     FOR o IN SELECT * FROM pg_event_trigger_dropped_objects() d WHERE d.object_type = 'table' LOOP
-        DELETE FROM embed.vectorizers z WHERE z.tbl::oid = o.objid;
+        FOR v IN DELETE FROM embed.vectorizers z WHERE z.tbl::oid = o.objid RETURNING z.id LOOP
+            PERFORM embed._vectorize_drop_triggers(v.id);
+        END LOOP;
+    END LOOP;
+    FOR o IN SELECT * FROM pg_event_trigger_dropped_objects() d
+              WHERE d.object_type = 'function' AND d.schema_name = 'embed'
+                AND d.object_identity ~ '^embed\.pg_embed_vectorize_[0-9]+\(\)$' LOOP
+        SELECT * INTO v FROM embed.vectorizers z
+         WHERE z.id = substring(o.object_identity FROM 'pg_embed_vectorize_([0-9]+)')::integer;
+        IF FOUND THEN
+            RAISE EXCEPTION 'cannot drop %: it keeps % vectorized', o.object_identity, v.tbl
+                USING ERRCODE = 'dependent_objects_still_exist',
+                      HINT = format('Call embed.unvectorize(%L, %L) to stop embedding.', v.tbl::text, v.target_column);
+        END IF;
     END LOOP;
     FOR o IN SELECT * FROM pg_event_trigger_dropped_objects() d WHERE d.object_type = 'table column' LOOP
         SELECT * INTO v FROM embed.vectorizers z
