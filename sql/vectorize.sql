@@ -194,6 +194,11 @@ BEGIN
     -- The enqueue function, as the vectorizer's columns are now.
     EXECUTE embed._vectorize_enqueue_source(v);
     fn := format('embed.%I()', name)::regprocedure;
+    IF queue_new AND NOT EXISTS (SELECT FROM pg_trigger t WHERE t.tgrelid = v.tbl AND t.tgname = name || '_ins') THEN
+        -- After DDL, with the table itself not yet given its triggers: a restore (pg_dump
+        -- puts the vectorizers' rows before the triggers, which it creates itself).
+        RETURN 0;
+    END IF;
     -- Triggers on tables no longer covered go.
     FOR rel IN SELECT t.tgrelid::regclass FROM pg_trigger t
                 WHERE t.tgname = name || '_ins' AND t.tgrelid NOT IN (SELECT embed._vectorized_tables(v.tbl))
@@ -522,7 +527,9 @@ DECLARE
     now_source name;
     now_target name;
     now_key_type regtype;
-    source_type_changed boolean;
+    now_key_attnum smallint;
+    now_source_attnum smallint;
+    now_target_attnum smallint;
 BEGIN
     FOR v IN SELECT * FROM embed.vectorizers z WHERE EXISTS (SELECT FROM pg_class c WHERE c.oid = z.tbl) ORDER BY z.id LOOP
         IF pg_partition_root(v.tbl) <> v.tbl THEN
@@ -531,10 +538,21 @@ BEGIN
                       HINT = format('Call embed.unvectorize(%L, %L) first, then vectorize the partitioned table.',
                                     v.tbl::text, v.target_column);
         END IF;
-        SELECT attname, atttypid::regtype INTO now_key, now_key_type
-          FROM pg_attribute WHERE attrelid = v.tbl AND attnum = v.key_attnum;
-        SELECT attname INTO now_source FROM pg_attribute WHERE attrelid = v.tbl AND attnum = v.source_attnum;
-        SELECT attname INTO now_target FROM pg_attribute WHERE attrelid = v.tbl AND attnum = v.target_attnum;
+        -- A column of the recorded name is the column (its number may differ: a restored
+        -- table has no dropped columns); otherwise the column of the recorded number is it,
+        -- renamed.
+        SELECT a.attname, a.attnum, a.atttypid::regtype INTO now_key, now_key_attnum, now_key_type
+          FROM pg_attribute a WHERE a.attrelid = v.tbl AND NOT a.attisdropped AND a.attnum > 0
+           AND (a.attname = v.key_column OR a.attnum = v.key_attnum)
+         ORDER BY a.attname = v.key_column DESC LIMIT 1;
+        SELECT a.attname, a.attnum INTO now_source, now_source_attnum
+          FROM pg_attribute a WHERE a.attrelid = v.tbl AND NOT a.attisdropped AND a.attnum > 0
+           AND (a.attname = v.source_column OR a.attnum = v.source_attnum)
+         ORDER BY a.attname = v.source_column DESC LIMIT 1;
+        SELECT a.attname, a.attnum INTO now_target, now_target_attnum
+          FROM pg_attribute a WHERE a.attrelid = v.tbl AND NOT a.attisdropped AND a.attnum > 0
+           AND (a.attname = v.target_column OR a.attnum = v.target_attnum)
+         ORDER BY a.attname = v.target_column DESC LIMIT 1;
         IF now_key_type <> v.key_type THEN
             -- Queued keys and error keys as the new type's text (a key the new type cannot
             -- take refuses the change).
@@ -543,10 +561,12 @@ BEGIN
             EXECUTE format('UPDATE embed.vectorize_errors SET key = key::%s::%s::text WHERE vectorizer = $1 AND key IS NOT NULL',
                            v.key_type, now_key_type) USING v.id;
         END IF;
-        IF (now_key, now_source, now_target, now_key_type) IS DISTINCT FROM
-           (v.key_column::name, v.source_column::name, v.target_column::name, v.key_type) THEN
+        IF (now_key, now_source, now_target, now_key_type, now_key_attnum, now_source_attnum, now_target_attnum)
+           IS DISTINCT FROM (v.key_column::name, v.source_column::name, v.target_column::name, v.key_type,
+                             v.key_attnum, v.source_attnum, v.target_attnum) THEN
             UPDATE embed.vectorizers
-               SET key_column = now_key, source_column = now_source, target_column = now_target, key_type = now_key_type
+               SET key_column = now_key, source_column = now_source, target_column = now_target, key_type = now_key_type,
+                   key_attnum = now_key_attnum, source_attnum = now_source_attnum, target_attnum = now_target_attnum
              WHERE id = v.id
             RETURNING * INTO v;
         END IF;
@@ -589,7 +609,7 @@ BEGIN
     END LOOP;
     FOR o IN SELECT * FROM pg_event_trigger_dropped_objects() d WHERE d.object_type = 'table column' LOOP
         SELECT * INTO v FROM embed.vectorizers z
-         WHERE z.tbl::oid = o.objid AND o.objsubid IN (z.key_attnum, z.source_attnum, z.target_attnum);
+         WHERE z.tbl::oid = o.objid AND o.address_names[3] IN (z.key_column, z.source_column, z.target_column);
         IF FOUND THEN
             RAISE EXCEPTION 'cannot drop %: % is vectorized', o.object_identity, v.tbl
                 USING ERRCODE = 'dependent_objects_still_exist',

@@ -204,6 +204,12 @@ pub fn load(model: &str, source_name: &str, options: &Options, pin: Option<&Pin>
         interrupt: &interrupt,
     });
     let pipeline = Pipeline::load_shared(&r.root, &r.dir, options, share.as_ref())?;
+    // This database needs the file it maps: noted for the other databases' cleanups.
+    if let (Some(store), Some(key)) = (store.as_ref(), pipeline.sharing().file.as_ref().and_then(|f| f.file_stem())) {
+        if let Err(e) = store.note_needed(this_database(), &key.to_string_lossy()) {
+            pgrx::warning!("pg_embed: model \"{model}\": {e}");
+        }
+    }
     if let Some(note) = pipeline.sharing().note.as_deref() {
         pgrx::warning!("pg_embed: model \"{model}\": {note}");
     }
@@ -244,10 +250,19 @@ fn key_of(store: &Store, row: &catalog::ModelRow) -> Result<String> {
     pg_embed_core::pipeline::prepared_key(store, &r.root, &r.dir, &options, r.pin.as_ref().map(|p| &p.files))
 }
 
-/// The keys of the prepared files some registered model needs. A model whose files cannot
-/// be read now needs none.
+/// The keys of the prepared files a registered model of any database of the server needs:
+/// this database's registrations, resolved now as its loads resolve them (a model whose
+/// files cannot be read now needs none), and what the other databases noted of theirs (see
+/// `Store::needed_server_wide`).
 pub fn needed_keys(store: &Store) -> Result<BTreeSet<String>> {
-    Ok(catalog::all_rows()?.iter().filter_map(|row| key_of(store, row).ok()).collect())
+    let own = catalog::all_rows()?.iter().filter_map(|row| key_of(store, row).ok()).collect();
+    let databases = catalog::database_oids()?;
+    store.needed_server_wide(this_database(), &own, &databases)
+}
+
+fn this_database() -> u32 {
+    // SAFETY: reads a backend global.
+    unsafe { pgrx::pg_sys::MyDatabaseId }.to_u32()
 }
 
 /// Removes the shared files no registered model needs; what was removed.

@@ -226,3 +226,14 @@ pub fn upsert_as_owner(
     let _owner = AsUser::switch_to(owner);
     upsert(name, source, options, info, pin, &user)
 }
+
+/// The OIDs of the server's databases (pg_database is shared: every database sees all).
+pub fn database_oids() -> Result<std::collections::BTreeSet<u32>> {
+    Spi::connect(|client| {
+        client
+            .select("SELECT oid FROM pg_catalog.pg_database", None, &[])?
+            .map(|row| row.get::<pg_sys::Oid>(1).map(|o| o.map_or(0, |o| o.to_u32())))
+            .collect::<std::result::Result<_, _>>()
+    })
+    .map_err(spi_err)
+}

@@ -15,6 +15,7 @@ pgrx::extension_sql_file!("../sql/workflow.sql", name = "workflow", finalize);
 mod cache;
 mod catalog;
 mod guc;
+mod jsonb;
 mod sql;
 mod worker;
 

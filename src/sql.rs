@@ -375,13 +375,21 @@ mod embed {
     fn register_model(
         name: Option<&str>,
         source: Option<&str>,
-        options: default!(Option<JsonB>, "'{}'"),
+        options: default!(Option<crate::jsonb::JsonbArg>, "'{}'"),
     ) -> JsonB {
         require_admin("register models").or_raise();
         catalog::require_primary("embed.register_model").or_raise();
         let name = valid_name(name).or_raise();
         let source = required(source, "source").or_raise();
-        let options_json = options.map(|o| o.0).ok_or(Error::NullArgument { what: "options" }).or_raise();
+        let options_json = match options.map(|o| o.0) {
+            None => raise(Error::NullArgument { what: "options" }),
+            Some(Ok(json)) => json,
+            Some(Err((text, why))) => {
+                let shown: String = text.chars().take(80).collect();
+                let more = if shown.len() < text.len() { "..." } else { "" };
+                raise(Error::InvalidOptions(format!("{why}: {shown}{more}")))
+            }
+        };
         let parsed = Options::from_json(&options_json).or_raise();
         let fresh = cache::load(name, source, &parsed, None).or_raise();
         // The shared file is in place when registration returns.
@@ -512,6 +520,8 @@ mod embed {
     > {
         require_admin("list the shared weight files").or_raise();
         let Some(store) = cache::store().or_raise() else { return TableIterator::new(Vec::new()) };
+        // A directory this server cannot write shares nothing: say so (58030), not "no files".
+        store.check_writable().or_raise();
         let needed = cache::needed_keys(&store).or_raise();
         let rows: Vec<_> = store
             .list()

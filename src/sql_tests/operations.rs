@@ -701,6 +701,24 @@ mod tests {
         );
     }
 
+    /// A cache directory that exists and can be read but not written: listing it is an
+    /// error (58030) naming it, not an empty list.
+    #[pg_test]
+    fn an_unwritable_cache_dir_is_an_error_to_list() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("pg_embed_cache_test_read_only_{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o500)).unwrap();
+        Spi::run(&format!("SET LOCAL pg_embed.cache_dir = '{}'", dir.display())).unwrap();
+        let error = sql_error("SELECT * FROM embed.cache_files()");
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(
+            error,
+            format!("58030: could not use the shared weights at \"{}\": Permission denied (os error 13)", dir.display())
+        );
+    }
+
     #[pg_test(error = "permission denied to clean up the shared weight files")]
     fn cache_cleanup_needs_an_admin() {
         Spi::run("CREATE ROLE embed_test_cleanup").unwrap();

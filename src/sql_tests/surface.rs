@@ -198,6 +198,14 @@ mod tests {
         Spi::run("SELECT embed.register_model('x', 'all-MiniLM-L6-v2', '{\"polling\": \"cls\"}')").unwrap();
     }
 
+    /// jsonb holds numbers beyond f64 (as numeric): an option's error (22023), not a panic.
+    #[pg_test(
+        error = "invalid options: number out of range at line 1 column 416: {\"min_weight\": 10000000000000000000000000000000000000000000000000000000000000000..."
+    )]
+    fn register_option_beyond_f64() {
+        Spi::run("SELECT embed.register_model('x', 'all-MiniLM-L6-v2', '{\"min_weight\": 1e400}')").unwrap();
+    }
+
     #[pg_test(
         error = "invalid options: unknown pooling mode \"avg\"; expected one of cls, max, mean, mean_sqrt_len_tokens, weightedmean, lasttoken, pooler"
     )]

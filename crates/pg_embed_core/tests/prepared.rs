@@ -224,3 +224,47 @@ fn listing_in_use_and_cleanup() {
     assert!(!info.in_use, "no longer mapped");
     let _ = std::fs::remove_dir_all(&tmp);
 }
+
+/// What a file is needed for is decided for the whole server: a database's own keys, and
+/// those the other databases noted, while they exist; a dropped database's note goes.
+#[test]
+fn needed_is_decided_for_every_database() {
+    let (tmp, store) = temp_store("needs");
+    let set = |keys: &[&str]| keys.iter().map(|k| k.to_string()).collect::<BTreeSet<String>>();
+    let dbs = |oids: &[u32]| oids.iter().copied().collect::<BTreeSet<u32>>();
+    // Database 1 needs a and b; database 2 needs c (noted by a load there).
+    assert_eq!(store.needed_server_wide(1, &set(&["a", "b"]), &dbs(&[1, 2])).unwrap(), set(&["a", "b"]));
+    store.note_needed(2, "c").unwrap();
+    store.note_needed(2, "c").unwrap();
+    // Database 2's cleanup keeps database 1's files; database 1's keeps database 2's.
+    assert_eq!(store.needed_server_wide(2, &set(&["c"]), &dbs(&[1, 2])).unwrap(), set(&["a", "b", "c"]));
+    assert_eq!(store.needed_server_wide(1, &set(&["a"]), &dbs(&[1, 2])).unwrap(), set(&["a", "c"]));
+    // Database 1 dropped: its note goes, and with it what it needed.
+    assert_eq!(store.needed_server_wide(2, &set(&["c"]), &dbs(&[2])).unwrap(), set(&["c"]));
+    assert!(!tmp.join("needs/1").exists());
+    let _ = std::fs::remove_dir_all(&tmp);
+}
+
+/// A temporary file left by a writer that ended (no process holds its key's lock) is
+/// removed when the store is next opened; one whose writer holds the lock is kept.
+#[test]
+fn temporary_files_of_ended_writers_are_swept() {
+    let (tmp, store) = temp_store("sweep");
+    drop(store);
+    let orphan = tmp.join("aaaa.weights.tmp.999999");
+    let busy = tmp.join("bbbb.weights.tmp.999998");
+    std::fs::write(&orphan, b"half a file").unwrap();
+    std::fs::write(&busy, b"being written").unwrap();
+    // A writer of key bbbb holds its lock (flock, as a building process does).
+    let lock = std::fs::File::create(tmp.join("bbbb.lock")).unwrap();
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock on an open descriptor.
+    assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) }, 0);
+    let _store = Store::open(&tmp).unwrap();
+    assert!(!orphan.exists(), "the ended writer's file was removed");
+    assert!(busy.exists(), "the file of a writer that holds its lock is kept");
+    drop(lock);
+    let _store = Store::open(&tmp).unwrap();
+    assert!(!busy.exists(), "removed once its writer is gone");
+    let _ = std::fs::remove_dir_all(&tmp);
+}

@@ -88,6 +88,70 @@ RESET ROLE;
 SELECT owner FROM embed.vectorizers WHERE tbl = 'va_owned'::regclass;
 SELECT id, pg_temp.matches(emb::real[], body) AS matches FROM va_owned;
 
+-- Keys are queued in a form no session setting changes: dates written under DMY and SQL
+-- styles, in another time zone, are read back as the dates they are.
+CREATE TABLE va_dates (k date PRIMARY KEY, body text, emb vector(384));
+SELECT embed.vectorize('va_dates', 'body', 'emb', 'minilm') AS enqueued;
+SET DateStyle = 'SQL, DMY';
+SET TimeZone = 'Pacific/Chatham';
+INSERT INTO va_dates VALUES ('2024-07-04', 'fourth of july'), ('2024-12-25', 'christmas'), ('2024-01-02', 'second of january');
+SELECT key FROM embed.vectorize_queue q JOIN embed.vectorizers v ON v.id = q.vectorizer
+ WHERE v.tbl = 'va_dates'::regclass ORDER BY key;
+RESET DateStyle;
+RESET TimeZone;
+-- A key changed by UPDATE is queued under its new value; so is a row inserted and re-keyed
+-- in one transaction.
+UPDATE va_dates SET k = '2025-07-04', body = 'the fourth, a year later' WHERE k = '2024-07-04';
+BEGIN;
+INSERT INTO va_dates VALUES ('2026-02-02', 'inserted');
+UPDATE va_dates SET k = '2026-03-03' WHERE k = '2026-02-02';
+COMMIT;
+SELECT embed.vectorize_wait('va_dates', 'emb', '60 seconds') AS done;
+SELECT k, pg_temp.matches(emb::real[], body) AS matches FROM va_dates ORDER BY k;
+SELECT count(*) AS errors FROM embed.vectorize_errors e JOIN embed.vectorizers v ON v.id = e.vectorizer
+ WHERE v.tbl = 'va_dates'::regclass;
+
+-- DDL: renames are followed; dropping a vectorized column or the triggers is refused;
+-- DROP TABLE takes the vectorizer.
+ALTER TABLE va_dates RENAME COLUMN body TO note;
+ALTER TABLE va_dates RENAME TO va_days;
+SELECT tbl, source_column, key_column, target_column FROM embed.vectorizers WHERE tbl = 'va_days'::regclass;
+UPDATE va_days SET note = 'renamed and rewritten' WHERE k = '2024-12-25';
+SELECT embed.vectorize_wait('va_days', 'emb', '60 seconds') AS done;
+SELECT k, pg_temp.matches(emb::real[], note) AS matches FROM va_days WHERE k = '2024-12-25';
+SELECT pg_temp.err($$ALTER TABLE va_days DROP COLUMN note$$);
+SELECT pg_temp.err($$ALTER TABLE va_days DROP COLUMN emb$$);
+SELECT pg_temp.err($$DROP TRIGGER pg_embed_vectorize_$$ || (SELECT id FROM embed.vectorizers WHERE tbl = 'va_days'::regclass) || $$_ins ON va_days$$);
+ALTER TABLE va_days ADD COLUMN extra int;
+ALTER TABLE va_days DROP COLUMN extra;
+DROP TABLE va_days;
+SELECT count(*) AS vectorizers_of_dropped_tables FROM embed.vectorizers WHERE tbl::text ~ '^[0-9]+$';
+
+-- Partitions: rows inserted straight into a partition are embedded, a partition attached
+-- later is covered (its rows queued), a detached one is not; a partition cannot be
+-- vectorized alone, nor a vectorized table attached as a partition.
+CREATE TABLE va_parts (id int PRIMARY KEY, body text, emb vector(384)) PARTITION BY RANGE (id);
+CREATE TABLE va_parts_1 PARTITION OF va_parts FOR VALUES FROM (1) TO (100);
+SELECT embed.vectorize('va_parts', 'body', 'emb', 'minilm') AS enqueued;
+INSERT INTO va_parts VALUES (1, 'through the parent');
+INSERT INTO va_parts_1 VALUES (2, 'straight into the partition');
+CREATE TABLE va_parts_2 (id int PRIMARY KEY, body text, emb vector(384));
+INSERT INTO va_parts_2 VALUES (100, 'in a table attached later'), (101, NULL);
+ALTER TABLE va_parts ATTACH PARTITION va_parts_2 FOR VALUES FROM (100) TO (200);
+INSERT INTO va_parts_2 VALUES (102, 'into the attached partition');
+SELECT embed.vectorize_wait('va_parts', 'emb', '60 seconds') AS done;
+SELECT id, emb IS NULL AS no_vector, pg_temp.matches(emb::real[], body) AS matches FROM va_parts ORDER BY id;
+SELECT tgrelid::regclass AS partition_with_triggers, count(*) FROM pg_trigger
+ WHERE tgname LIKE 'pg_embed_vectorize_%' AND tgrelid::regclass::text LIKE 'va_parts%' GROUP BY 1 ORDER BY 1;
+ALTER TABLE va_parts DETACH PARTITION va_parts_2;
+SELECT count(*) AS triggers_on_the_detached_table FROM pg_trigger WHERE tgrelid = 'va_parts_2'::regclass AND tgname LIKE 'pg_embed%';
+SELECT pg_temp.err($$SELECT embed.vectorize('va_parts_1', 'body', 'emb', 'minilm')$$);
+SELECT embed.vectorize('va_parts_2', 'body', 'emb', 'minilm') AS enqueued;
+SELECT pg_temp.err($$ALTER TABLE va_parts ATTACH PARTITION va_parts_2 FOR VALUES FROM (100) TO (200)$$);
+SELECT embed.unvectorize('va_parts_2', 'emb');
+SELECT embed.unvectorize('va_parts', 'emb');
+DROP TABLE va_parts, va_parts_2;
+
 -- unvectorize: the triggers and the queue go, the vectors stay.
 SELECT embed.unvectorize('va_articles', 'emb');
 INSERT INTO va_articles VALUES (44, 'not embedded any more');

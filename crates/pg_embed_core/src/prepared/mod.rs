@@ -105,7 +105,85 @@ impl Store {
     pub fn open(dir: &Path) -> Result<Self> {
         use std::os::unix::fs::DirBuilderExt;
         std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(|e| Error::shared(dir, e))?;
-        Ok(Store { dir: dir.to_path_buf() })
+        let store = Store { dir: dir.to_path_buf() };
+        store.sweep_temporary();
+        Ok(store)
+    }
+
+    /// The keys of the files some database of the server needs, given this database's
+    /// (`own`, computed now, as its own loads resolve its registrations) and the notes the
+    /// other databases wrote of theirs (`needs/<database oid>`), for the databases that
+    /// still exist (`databases`). Writes `own` down as this database's note first, and
+    /// removes the notes of dropped databases. A file is removed only when no database
+    /// needs it (a database that never wrote a note, e.g. one whose models were all loaded
+    /// before this version, has its files rebuilt on its next load if they were removed).
+    pub fn needed_server_wide(&self, database: u32, own: &BTreeSet<String>, databases: &BTreeSet<u32>) -> Result<BTreeSet<String>> {
+        let dir = self.dir.join("needs");
+        std::fs::create_dir_all(&dir).map_err(|e| Error::shared(&dir, e))?;
+        write_note(&dir, database, own)?;
+        let mut needed = own.clone();
+        for entry in std::fs::read_dir(&dir).map_err(|e| Error::shared(&dir, e))?.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Ok(oid) = name.parse::<u32>() else { continue };
+            if oid == database {
+                continue;
+            }
+            if !databases.contains(&oid) {
+                let _ = std::fs::remove_file(entry.path());
+                continue;
+            }
+            if let Ok(text) = std::fs::read_to_string(entry.path()) {
+                needed.extend(text.lines().filter(|l| !l.is_empty()).map(str::to_string));
+            }
+        }
+        Ok(needed)
+    }
+
+    /// Adds `key` to this database's note of the files it needs (a model loaded from it).
+    pub fn note_needed(&self, database: u32, key: &str) -> Result<()> {
+        let dir = self.dir.join("needs");
+        std::fs::create_dir_all(&dir).map_err(|e| Error::shared(&dir, e))?;
+        let mut keys: BTreeSet<String> = std::fs::read_to_string(dir.join(database.to_string()))
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(str::to_string)
+            .collect();
+        if keys.insert(key.to_string()) {
+            write_note(&dir, database, &keys)?;
+        }
+        Ok(())
+    }
+
+    /// An error naming the directory unless this process may write in it.
+    pub fn check_writable(&self) -> Result<()> {
+        use std::os::unix::ffi::OsStrExt;
+        let path = std::ffi::CString::new(self.dir.as_os_str().as_bytes())
+            .map_err(|e| Error::shared(&self.dir, std::io::Error::new(std::io::ErrorKind::InvalidInput, e)))?;
+        // SAFETY: access(2) on a NUL-terminated path.
+        if unsafe { libc::access(path.as_ptr(), libc::W_OK | libc::X_OK) } != 0 {
+            return Err(Error::shared(&self.dir, std::io::Error::last_os_error()));
+        }
+        Ok(())
+    }
+
+    /// Removes the temporary files of writes whose writer is gone (a backend that ended
+    /// while it wrote): those of a key whose lock no process holds. A writer holds its key's
+    /// lock from before it creates its temporary file until after it renames it.
+    fn sweep_temporary(&self) {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else { return };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some((key, _)) = name.split_once(&format!(".{SUFFIX}.tmp.")) else { continue };
+            let free = match File::options().write(true).open(self.lock_path(key)) {
+                Ok(lock) => file::lock(&lock, libc::LOCK_EX | libc::LOCK_NB).is_ok(),
+                // No lock file: nobody has written this key since the last cleanup.
+                Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+            };
+            if free {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
     }
 
     pub fn dir(&self) -> &Path {
@@ -295,6 +373,17 @@ impl Store {
             removed.push(info);
         }
     }
+}
+
+/// `needs/<database>`: one key a line, written whole (a temporary file renamed over it).
+fn write_note(dir: &Path, database: u32, keys: &BTreeSet<String>) -> Result<()> {
+    let path = dir.join(database.to_string());
+    let tmp = dir.join(format!("{database}.tmp.{}", std::process::id()));
+    let text: String = keys.iter().map(|k| format!("{k}\n")).collect();
+    std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, &path)).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        Error::shared(&path, e)
+    })
 }
 
 fn now() -> u64 {
