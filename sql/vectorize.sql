@@ -579,9 +579,10 @@ BEGIN
 END
 $$;
 
--- sql_drop: a dropped vectorized table takes its vectorizer (and queue and errors) along;
--- dropping the key, source or target column of a vectorized table, or one of its triggers
--- while it is vectorized, is refused.
+-- sql_drop: a dropped vectorized table takes its vectorizer (and queue, errors and enqueue
+-- function) along; dropping the key, source or target column of a vectorized table, or its
+-- vectorizer's enqueue function or one of its triggers (from a table it covers, and not as
+-- part of dropping that table), is refused.
 CREATE FUNCTION embed._vectorize_drop() RETURNS event_trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -596,37 +597,21 @@ BEGIN
             PERFORM embed._vectorize_drop_triggers(v.id);
         END LOOP;
     END LOOP;
-    FOR o IN SELECT * FROM pg_event_trigger_dropped_objects() d
-              WHERE d.object_type = 'function' AND d.schema_name = 'embed'
-                AND d.object_identity ~ '^embed\.pg_embed_vectorize_[0-9]+\(\)$' LOOP
-        SELECT * INTO v FROM embed.vectorizers z
-         WHERE z.id = substring(o.object_identity FROM 'pg_embed_vectorize_([0-9]+)')::integer;
-        IF FOUND THEN
-            RAISE EXCEPTION 'cannot drop %: it keeps % vectorized', o.object_identity, v.tbl
-                USING ERRCODE = 'dependent_objects_still_exist',
-                      HINT = format('Call embed.unvectorize(%L, %L) to stop embedding.', v.tbl::text, v.target_column);
-        END IF;
-    END LOOP;
-    FOR o IN SELECT * FROM pg_event_trigger_dropped_objects() d WHERE d.object_type = 'table column' LOOP
-        SELECT * INTO v FROM embed.vectorizers z
-         WHERE z.tbl::oid = o.objid AND o.address_names[3] IN (z.key_column, z.source_column, z.target_column);
-        IF FOUND THEN
-            RAISE EXCEPTION 'cannot drop %: % is vectorized', o.object_identity, v.tbl
-                USING ERRCODE = 'dependent_objects_still_exist',
-                      HINT = format('Call embed.unvectorize(%L, %L) first.', v.tbl::text, v.target_column);
-        END IF;
-    END LOOP;
-    FOR o IN SELECT * FROM pg_event_trigger_dropped_objects() d
-              WHERE d.object_type = 'trigger' AND d.original AND d.address_names[3] ~ '^pg_embed_vectorize_[0-9]+_(ins|upd)$' LOOP
-        SELECT * INTO v FROM embed.vectorizers z
-         WHERE z.id = substring(o.address_names[3] FROM '^pg_embed_vectorize_([0-9]+)_')::integer;
-        IF FOUND AND to_regclass(format('%I.%I', o.address_names[1], o.address_names[2]))
-                     IN (SELECT embed._vectorized_tables(v.tbl)) THEN
-            RAISE EXCEPTION 'cannot drop %: it keeps % vectorized', o.object_identity, v.tbl
-                USING ERRCODE = 'dependent_objects_still_exist',
-                      HINT = format('Call embed.unvectorize(%L, %L) to stop embedding.', v.tbl::text, v.target_column);
-        END IF;
-    END LOOP;
+    SELECT d.object_identity, z.tbl, z.target_column INTO v
+      FROM pg_event_trigger_dropped_objects() d
+      JOIN embed.vectorizers z ON
+           (d.object_type = 'table column' AND z.tbl::oid = d.objid
+            AND d.address_names[3] IN (z.key_column, z.source_column, z.target_column))
+        OR (d.object_type = 'function' AND d.object_identity = format('embed.%I()', 'pg_embed_vectorize_' || z.id))
+        OR (d.object_type = 'trigger' AND d.original
+            AND d.address_names[3] IN (format('pg_embed_vectorize_%s_ins', z.id), format('pg_embed_vectorize_%s_upd', z.id))
+            AND to_regclass(format('%I.%I', d.address_names[1], d.address_names[2])) IN (SELECT embed._vectorized_tables(z.tbl)))
+     LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'cannot drop %: % is vectorized', v.object_identity, v.tbl
+            USING ERRCODE = 'dependent_objects_still_exist',
+                  HINT = format('Call embed.unvectorize(%L, %L) first.', v.tbl::text, v.target_column);
+    END IF;
 END
 $$;
 

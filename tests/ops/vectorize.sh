@@ -7,7 +7,8 @@
 #      first write or vectorize_wait of a session) and finishes it, each row written once;
 #   3. pg_terminate_backend of the worker: started again within seconds;
 #   4. pgbench inserting and updating through the queue while the worker runs: afterwards
-#      every row's vector is what embed() gives for its current text.
+#      every row's vector is what embed() gives for its current text;
+#   5. DROP DATABASE of a database with a vectorizer: its workers end and are not restarted.
 # Needs the test server of make test (scripts/server.sh restarts it).
 #   tests/ops/vectorize.sh [rows] [pgbench seconds]
 set -euo pipefail
@@ -99,6 +100,28 @@ expect_eq "the queue is empty again" t "$(q1 "SELECT embed.vectorize_wait('vq', 
 expect_eq "rows without a vector" 0 "$(q1 "SELECT count(*) FROM vq WHERE emb IS NULL")"
 expect_eq "vectors that differ from embed() of the row's current text" 0 "$(count_wrong_vectors vq emb)"
 expect_eq "errors recorded" 0 "$(q1 "SELECT count(*) FROM embed.vectorize_errors")"
+
+# ---- 5. DROP DATABASE of a database with a vectorizer ----------------------------------------
+# Its workers end, and none is started again (a worker of a missing database would fail to
+# connect, exit with code 1 and be restarted every second, forever).
+q -c "DROP DATABASE IF EXISTS pg_embed_vq_dropped WITH (FORCE)" -c "CREATE DATABASE pg_embed_vq_dropped" >/dev/null
+PG_EMBED_DB=pg_embed_vq_dropped q -c "SET client_min_messages = warning" -c "CREATE EXTENSION vector" \
+    -c "CREATE EXTENSION pg_embed" -c "SELECT embed.register_model('$MODEL', 'all-MiniLM-L6-v2')" \
+    -c "CREATE TABLE d (id int PRIMARY KEY, body text, emb vector($DIM))" \
+    -c "SELECT embed.vectorize('d', 'body', 'emb', '$MODEL')" -c "INSERT INTO d VALUES (1, 'one')" \
+    -c "SELECT embed.vectorize_wait('d', 'emb', '60 seconds')" >/dev/null
+dropped_oid="$(q1 "SELECT oid FROM pg_database WHERE datname = 'pg_embed_vq_dropped'")"
+wait_until "SELECT count(*) >= 1 FROM pg_stat_activity WHERE backend_type = 'pg_embed vectorize' AND datid = $dropped_oid"
+pass "a worker runs in database $dropped_oid"
+log_before="$(wc -l <"$PG_LOG")"
+# Ended first: the postmaster starts it again a second later, after the database is gone.
+q -c "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE backend_type = 'pg_embed vectorize' AND datid = $dropped_oid" \
+  -c "DROP DATABASE pg_embed_vq_dropped WITH (FORCE)" >/dev/null
+sleep 4
+expect_eq "workers of the dropped database 4 s later" 0 \
+    "$(q1 "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_embed vectorize' AND datid = $dropped_oid")"
+expect_eq "log lines about the dropped database not existing (a worker restarted in a loop)" 0 \
+    "$(tail -n +"$((log_before + 1))" "$PG_LOG" | grep -c "database $dropped_oid does not exist" || true)"
 
 q -c "SELECT embed.unvectorize('vq', 'emb')" -c "DROP TABLE vq, vq_writes, vq_corpus" \
   -c "DROP FUNCTION public.vq_count()" >/dev/null
