@@ -193,6 +193,9 @@ impl SparseStage {
 /// How many consecutive tokens' logits the MLM head computes at once ([tokens, vocab]
 /// floats: 128 x 30,522 is 15.6 MB).
 const LOGIT_ROWS: usize = 128;
+/// A static model tokenizes an input longer than this in pieces of about this size
+/// (`text::encode_in_pieces`): a 10 MB input then takes tens of MB, not hundreds.
+const STATIC_PIECE_BYTES: usize = 1 << 16;
 
 impl Pipeline {
     /// The text input stage; an error for an image model.
@@ -308,9 +311,23 @@ impl Pipeline {
     /// Also whether the input was cut at max_length.
     fn encode_prompted(&self, text: &str, prompt: Option<&Prompt>) -> Result<(Encoded, bool)> {
         let t = self.text()?;
-        let (ids, types, cut) = match prompt {
-            None => encode_typed(&t.tokenizer, t.lowercase, text)?,
-            Some(p) => encode_typed(&t.tokenizer, t.lowercase, &format!("{}{text}", p.text))?,
+        let prompted;
+        let full = match prompt {
+            None => text,
+            Some(p) => {
+                prompted = format!("{}{text}", p.text);
+                &prompted
+            }
+        };
+        // A static model's long input in pieces (the same ids, in bounded memory).
+        let pieces = if self.is_static && full.len() > STATIC_PIECE_BYTES {
+            text::encode_in_pieces(&t.tokenizer, t.lowercase, full, STATIC_PIECE_BYTES)?
+        } else {
+            None
+        };
+        let (ids, types, cut) = match pieces {
+            Some(encoded) => encoded,
+            None => encode_typed(&t.tokenizer, t.lowercase, full)?,
         };
         let skip = match prompt {
             Some(p) if !t.include_prompt => p.length,

@@ -313,3 +313,70 @@ mod load_errors {
         assert!(matches!(e, Error::MissingFile { .. }) && m.contains("model.safetensors"), "{m}");
     }
 }
+
+/// A static model's long input tokenized in pieces gives the ids the whole text gives
+/// (tokens never cross whitespace for these tokenizers), truncation included; tokenizers of
+/// other kinds are not cut.
+mod pieces {
+    use std::path::{Path, PathBuf};
+
+    use proptest::prelude::*;
+    use tokenizers::Tokenizer;
+
+    use crate::pipeline::text::{encode_in_pieces, encode_typed};
+
+    fn fixture(name: &str) -> PathBuf {
+        Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).join("tests/fixtures/sparse").join(name)
+    }
+
+    /// The tokenizer as a static model uses it (no post-processor: no special tokens).
+    fn static_tokenizer(name: &str) -> Tokenizer {
+        let mut t = Tokenizer::from_file(fixture(name).join("tokenizer.json")).unwrap();
+        t.with_post_processor(None::<tokenizers::PostProcessorWrapper>);
+        t
+    }
+
+    const SAMPLES: [&str; 8] = [
+        "The quick brown fox, jumps over the lazy dog! ",
+        "Ünïcödé àccents\tand\ttabs\n",
+        "中文字符混在一起 with English ",
+        "don't stop-believing... (really) ",
+        "    many   spaces    ",
+        "e\u{301}t\u{e9} NFC\u{300} ",
+        "x",
+        "\u{3000}ideographic\u{3000}space\r\n",
+    ];
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+        #[test]
+        fn pieces_give_the_whole_texts_ids(picks in proptest::collection::vec(0..SAMPLES.len(), 1..400),
+                                           piece in 1usize..200, lowercase in any::<bool>()) {
+            let text: String = picks.iter().map(|&i| SAMPLES[i]).collect();
+            for (name, truncate) in [("static_st", None), ("static_st", Some(37)), ("model2vec_layout", None)] {
+                let mut t = static_tokenizer(name);
+                if let Some(m) = truncate {
+                    t.with_truncation(Some(tokenizers::TruncationParams { max_length: m, ..Default::default() })).unwrap();
+                }
+                let whole = encode_typed(&t, lowercase, &text).unwrap();
+                let pieces = encode_in_pieces(&t, lowercase, &text, piece).unwrap().expect("a BERT tokenizer is cut");
+                prop_assert_eq!(&pieces.0, &whole.0, "{} (max_length {:?}), pieces of {}", name, truncate, piece);
+                // Cut: more tokens than the limit. (The whole text's overflow, which the
+                // tokenizer reports, is sometimes empty for a cut input: not compared.)
+                let mut untruncated = t.clone();
+                untruncated.with_truncation(None).unwrap();
+                let count = encode_typed(&untruncated, lowercase, &text).unwrap().0.len();
+                let limit = t.get_truncation().map(|p| p.max_length);
+                prop_assert_eq!(pieces.2, limit.is_some_and(|m| count > m), "cut, {} tokens", count);
+            }
+        }
+    }
+
+    #[test]
+    fn tokenizers_whose_tokens_cross_whitespace_are_not_cut() {
+        // all-MiniLM-L6-v2 with its post-processor adds [CLS] and [SEP]: not cut.
+        let minilm = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).join("models/all-MiniLM-L6-v2/tokenizer.json");
+        let t = Tokenizer::from_file(minilm).unwrap();
+        assert!(encode_in_pieces(&t, false, "a b c", 1).unwrap().is_none());
+    }
+}

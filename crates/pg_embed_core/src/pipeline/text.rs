@@ -113,6 +113,55 @@ pub(super) fn encode_typed(
     Ok((enc.get_ids().to_vec(), enc.get_type_ids().to_vec(), !enc.get_overflowing().is_empty()))
 }
 
+/// As [`encode_typed`] for a long text of a tokenizer whose tokens never cross whitespace
+/// (a BERT, Whitespace or WhitespaceSplit pre-tokenizer, a normalizer that maps each
+/// character on its own) and that adds no special tokens: the text tokenized in pieces of
+/// about `piece_bytes` cut just before a whitespace character, the ids joined and truncated
+/// as the tokenizer truncates. The same ids as the whole text gives, with the tokenizer's
+/// working memory bounded by a piece (whole, it takes tens of bytes per byte of text). None
+/// when the tokenizer is not of that kind.
+pub(super) fn encode_in_pieces(
+    tokenizer: &Tokenizer,
+    lowercase: bool,
+    text: &str,
+    piece_bytes: usize,
+) -> Result<Option<(Vec<u32>, Vec<u32>, bool)>> {
+    use tokenizers::{NormalizerWrapper as N, PostProcessor, PreTokenizerWrapper as P};
+    let splits_on_whitespace =
+        matches!(tokenizer.get_pre_tokenizer(), Some(P::BertPreTokenizer(_) | P::Whitespace(_) | P::WhitespaceSplit(_)));
+    let char_local = matches!(
+        tokenizer.get_normalizer(),
+        None | Some(N::BertNormalizer(_) | N::Lowercase(_) | N::StripAccents(_) | N::NFC(_) | N::NFD(_) | N::NFKC(_) | N::NFKD(_))
+    );
+    let no_specials = tokenizer.get_post_processor().is_none_or(|p| p.added_tokens(false) == 0);
+    if !(splits_on_whitespace && char_local && no_specials) || tokenizer.get_padding().is_some() {
+        return Ok(None);
+    }
+    let limit = tokenizer.get_truncation().map(|t| t.max_length);
+    let mut ids = Vec::new();
+    let mut rest = text;
+    while !rest.is_empty() && limit.is_none_or(|m| ids.len() <= m) {
+        let mut end = piece_bytes.min(rest.len());
+        while !rest.is_char_boundary(end) {
+            end += 1;
+        }
+        // Just before the next whitespace character (the whole rest when there is none).
+        if end < rest.len() {
+            end = rest[end..].find(char::is_whitespace).map_or(rest.len(), |i| end + i);
+        }
+        let piece = if lowercase { rest[..end].to_lowercase() } else { rest[..end].to_string() };
+        let enc = tokenizer.encode_fast(piece, false).map_err(|e| Error::Tokenize(e.to_string()))?;
+        ids.extend_from_slice(enc.get_ids());
+        rest = &rest[end..];
+    }
+    let cut = limit.is_some_and(|m| ids.len() > m);
+    if let Some(m) = limit {
+        ids.truncate(m);
+    }
+    let types = vec![0; ids.len()];
+    Ok(Some((ids, types, cut)))
+}
+
 /// sentence-transformers' prompt length: the tokens of the prompt alone, special tokens
 /// included, less a trailing special token (the [SEP] / </s> that the text follows).
 pub(super) fn prompt_length(tokenizer: &Tokenizer, lowercase: bool, prompt: &str) -> Result<usize> {
