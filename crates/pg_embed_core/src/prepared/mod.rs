@@ -118,8 +118,7 @@ impl Store {
     /// needs it (a database that never wrote a note, e.g. one whose models were all loaded
     /// before this version, has its files rebuilt on its next load if they were removed).
     pub fn needed_server_wide(&self, database: u32, own: &BTreeSet<String>, databases: &BTreeSet<u32>) -> Result<BTreeSet<String>> {
-        let dir = self.dir.join("needs");
-        std::fs::create_dir_all(&dir).map_err(|e| Error::shared(&dir, e))?;
+        let dir = self.needs_dir()?;
         write_note(&dir, database, own)?;
         let mut needed = own.clone();
         for entry in std::fs::read_dir(&dir).map_err(|e| Error::shared(&dir, e))?.flatten() {
@@ -132,27 +131,26 @@ impl Store {
                 let _ = std::fs::remove_file(entry.path());
                 continue;
             }
-            if let Ok(text) = std::fs::read_to_string(entry.path()) {
-                needed.extend(text.lines().filter(|l| !l.is_empty()).map(str::to_string));
-            }
+            needed.extend(read_note(&entry.path()));
         }
         Ok(needed)
     }
 
     /// Adds `key` to this database's note of the files it needs (a model loaded from it).
     pub fn note_needed(&self, database: u32, key: &str) -> Result<()> {
-        let dir = self.dir.join("needs");
-        std::fs::create_dir_all(&dir).map_err(|e| Error::shared(&dir, e))?;
-        let mut keys: BTreeSet<String> = std::fs::read_to_string(dir.join(database.to_string()))
-            .unwrap_or_default()
-            .lines()
-            .filter(|l| !l.is_empty())
-            .map(str::to_string)
-            .collect();
+        let dir = self.needs_dir()?;
+        let mut keys = read_note(&dir.join(database.to_string()));
         if keys.insert(key.to_string()) {
             write_note(&dir, database, &keys)?;
         }
         Ok(())
+    }
+
+    /// `needs/`, where each database notes the files it needs (made on first use).
+    fn needs_dir(&self) -> Result<PathBuf> {
+        let dir = self.dir.join("needs");
+        std::fs::create_dir_all(&dir).map_err(|e| Error::shared(&dir, e))?;
+        Ok(dir)
     }
 
     /// An error naming the directory unless this process may write in it.
@@ -373,6 +371,11 @@ impl Store {
             removed.push(info);
         }
     }
+}
+
+/// The keys of a note (none when it cannot be read).
+fn read_note(path: &Path) -> BTreeSet<String> {
+    std::fs::read_to_string(path).unwrap_or_default().lines().filter(|l| !l.is_empty()).map(str::to_string).collect()
 }
 
 /// `needs/<database>`: one key a line, written whole (a temporary file renamed over it).
