@@ -857,7 +857,11 @@ impl Pipeline {
             Some(p) => tokenizer.encode_fast((text, p), true),
         }
         .map_err(|e| Error::Tokenize(e.to_string()))?;
-        let cut = !enc.get_overflowing().is_empty();
+        // A pair's template adds tokens (checked by the caller): a cut pair shows overflow.
+        let cut = match pair {
+            None => text::was_cut(tokenizer, text, &enc)?,
+            Some(_) => !enc.get_overflowing().is_empty(),
+        };
         Ok((enc, cut))
     }
 

@@ -348,10 +348,29 @@ mod pieces {
     ];
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(48))]
+        #![proptest_config(ProptestConfig {
+            cases: 48,
+            rng_seed: proptest::test_runner::RngSeed::Fixed(0x91ec_e5ee_d001),
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        })]
         #[test]
         fn pieces_give_the_whole_texts_ids(picks in proptest::collection::vec(0..SAMPLES.len(), 1..400),
                                            piece in 1usize..200, lowercase in any::<bool>()) {
+            same_ids(&picks, piece, lowercase)?;
+        }
+    }
+
+    /// Cases that failed once: a single character per piece; a first piece that the
+    /// tokenizer itself truncates at the limit (38 tokens, limit 37), with nothing after it.
+    #[test]
+    fn cases_that_failed() {
+        for (picks, piece) in [(&[2, 0, 0, 0, 0][..], 1), (&[1, 0, 0][..], 117)] {
+            same_ids(picks, piece, false).unwrap();
+        }
+    }
+
+    fn same_ids(picks: &[usize], piece: usize, lowercase: bool) -> Result<(), TestCaseError> {
             let text: String = picks.iter().map(|&i| SAMPLES[i]).collect();
             for (name, truncate) in [("static_st", None), ("static_st", Some(37)), ("model2vec_layout", None)] {
                 let mut t = static_tokenizer(name);
@@ -368,6 +387,41 @@ mod pieces {
                 let count = encode_typed(&untruncated, lowercase, &text).unwrap().0.len();
                 let limit = t.get_truncation().map(|p| p.max_length);
                 prop_assert_eq!(pieces.2, limit.is_some_and(|m| count > m), "cut, {} tokens", count);
+            }
+            Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig {
+            cases: 96,
+            rng_seed: proptest::test_runner::RngSeed::Fixed(0xc07_5eed_0023),
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        })]
+        /// Whether an input was cut (which `long_input = 'error'` and the truncated counter
+        /// read) is whether the untruncated tokenizer gives more tokens than max_length, for
+        /// tokenizers with and without special tokens, truncating on either side. tokenizers
+        /// stops at the limit, so without special tokens the overflow alone does not say.
+        #[test]
+        fn cut_is_more_tokens_than_the_limit(picks in proptest::collection::vec(0..SAMPLES.len(), 1..12),
+                                              limit in 3usize..60, left in any::<bool>()) {
+            let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+            let text: String = picks.iter().map(|&i| SAMPLES[i]).collect();
+            for (name, tokenizer) in [
+                ("static_st", static_tokenizer("static_st")),
+                ("gpt2", Tokenizer::from_file(root.join("tests/fixtures/decoders/gpt2/tokenizer.json")).unwrap()),
+                ("qwen3", Tokenizer::from_file(root.join("tests/fixtures/decoders/qwen3_embed/tokenizer.json")).unwrap()),
+                ("minilm", Tokenizer::from_file(root.join("models/all-MiniLM-L6-v2/tokenizer.json")).unwrap()),
+            ] {
+                // As the pipeline loads it: no padding.
+                let mut t = tokenizer;
+                t.with_padding(None);
+                t.with_truncation(None).unwrap();
+                let count = encode_typed(&t, false, &text).unwrap().0.len();
+                let direction = if left { tokenizers::TruncationDirection::Left } else { tokenizers::TruncationDirection::Right };
+                t.with_truncation(Some(tokenizers::TruncationParams { max_length: limit, direction, ..Default::default() })).unwrap();
+                let (ids, _, cut) = encode_typed(&t, false, &text).unwrap();
+                prop_assert_eq!(cut, count > limit, "{}: {} tokens, limit {}, kept {}", name, count, limit, ids.len());
             }
         }
     }

@@ -109,8 +109,51 @@ pub(super) fn encode_typed(
     text: &str,
 ) -> Result<(Vec<u32>, Vec<u32>, bool)> {
     let text = if lowercase { text.to_lowercase() } else { text.to_string() };
-    let enc = tokenizer.encode_fast(text, true).map_err(|e| Error::Tokenize(e.to_string()))?;
-    Ok((enc.get_ids().to_vec(), enc.get_type_ids().to_vec(), !enc.get_overflowing().is_empty()))
+    let enc = tokenizer.encode_fast(text.as_str(), true).map_err(|e| Error::Tokenize(e.to_string()))?;
+    let cut = was_cut(tokenizer, &text, &enc)?;
+    Ok((enc.get_ids().to_vec(), enc.get_type_ids().to_vec(), cut))
+}
+
+/// Whether the tokenizer cut `text` (one sequence) at its max length to give `enc`.
+///
+/// tokenizers stops tokenizing once it has max_length tokens and drops the pre-tokens after
+/// them, so when the template adds no tokens and the limit falls between two pre-tokens,
+/// the encoding shows no overflow although the text went on. Then (exactly max_length
+/// tokens, no overflow) the text was cut when what follows the last token (precedes the
+/// first, for left truncation) gives any token.
+pub(super) fn was_cut(tokenizer: &Tokenizer, text: &str, enc: &tokenizers::Encoding) -> Result<bool> {
+    use tokenizers::TruncationDirection;
+    if !enc.get_overflowing().is_empty() {
+        return Ok(true);
+    }
+    let Some(params) = tokenizer.get_truncation() else { return Ok(false) };
+    if enc.len() < params.max_length {
+        return Ok(false);
+    }
+    let tokenize_err = |e: tokenizers::Error| Error::Tokenize(e.to_string());
+    let with_offsets = tokenizer.encode(text, false).map_err(tokenize_err)?;
+    let offsets = with_offsets.get_offsets();
+    let rest = match params.direction {
+        TruncationDirection::Right => &text[offsets.iter().map(|o| o.1).max().unwrap_or(0)..],
+        TruncationDirection::Left => &text[..offsets.iter().map(|o| o.0).min().unwrap_or(text.len())],
+    };
+    // In pieces (a word cut in two still gives a token), from the side next to the kept
+    // tokens, until one gives a token.
+    let mut rest = rest;
+    while !rest.is_empty() {
+        let piece = match params.direction {
+            TruncationDirection::Right => &rest[..rest.ceil_char_boundary(rest.len().min(4096))],
+            TruncationDirection::Left => &rest[rest.floor_char_boundary(rest.len().saturating_sub(4096))..],
+        };
+        if !tokenizer.encode_fast(piece, false).map_err(tokenize_err)?.is_empty() {
+            return Ok(true);
+        }
+        rest = match params.direction {
+            TruncationDirection::Right => &rest[piece.len()..],
+            TruncationDirection::Left => &rest[..rest.len() - piece.len()],
+        };
+    }
+    Ok(false)
 }
 
 /// As [`encode_typed`] for a long text of a tokenizer whose tokens never cross whitespace
@@ -139,6 +182,7 @@ pub(super) fn encode_in_pieces(
     }
     let limit = tokenizer.get_truncation().map(|t| t.max_length);
     let mut ids = Vec::new();
+    let mut cut = false;
     let mut rest = text;
     while !rest.is_empty() && limit.is_none_or(|m| ids.len() <= m) {
         let mut end = piece_bytes.min(rest.len());
@@ -150,11 +194,13 @@ pub(super) fn encode_in_pieces(
             end = rest[end..].find(char::is_whitespace).map_or(rest.len(), |i| end + i);
         }
         let piece = if lowercase { rest[..end].to_lowercase() } else { rest[..end].to_string() };
-        let enc = tokenizer.encode_fast(piece, false).map_err(|e| Error::Tokenize(e.to_string()))?;
+        let enc = tokenizer.encode_fast(piece.as_str(), false).map_err(|e| Error::Tokenize(e.to_string()))?;
+        // The tokenizer truncates each piece too: a piece cut at the limit is a cut text.
+        cut |= was_cut(tokenizer, &piece, &enc)?;
         ids.extend_from_slice(enc.get_ids());
         rest = &rest[end..];
     }
-    let cut = limit.is_some_and(|m| ids.len() > m);
+    let cut = cut || limit.is_some_and(|m| ids.len() > m);
     if let Some(m) = limit {
         ids.truncate(m);
     }
