@@ -96,6 +96,24 @@ const MODULES: &[(&str, Kind)] = &[
 const SUPPORTED_MODULES: &str = "Transformer, Pooling, Dense, Normalize, StaticEmbedding, MLMTransformer, \
      SpladePooling, and a Router of SparseStaticEmbedding and MLMTransformer + SpladePooling \
      (sentence_transformers.models.* and sparse_encoder.models.* or their 6.x paths)";
+/// The kind of a module class path: one of [`MODULES`], or another path of
+/// sentence-transformers ending in the same class name (the modules moved between releases:
+/// `models.X`, `sparse_encoder.models.X`, `base.modules.x.X`, ...).
+fn kind_of_class(class: &str) -> Option<Kind> {
+    if let Some((_, kind)) = MODULES.iter().find(|(path, _)| *path == class) {
+        return Some(*kind);
+    }
+    let name = class.strip_prefix("sentence_transformers.")?.rsplit('.').next()?;
+    MODULES.iter().find(|(path, _)| path.rsplit('.').next() == Some(name)).map(|(_, kind)| *kind)
+}
+
+/// The module sequences pg_embed computes.
+const SUPPORTED_ORDERS: &str = "Transformer, then Pooling, Dense..., Normalize; StaticEmbedding, then \
+     Dense..., Normalize; Transformer (transformer_task fill-mask) or MLMTransformer, then SpladePooling; \
+     a Router of SparseStaticEmbedding (query) and MLMTransformer + SpladePooling (document)";
+/// The Transformer module's `transformer_task` values pg_embed computes.
+const SUPPORTED_TASKS: &str = "feature-extraction (hidden states), fill-mask (masked-LM logits for \
+     SpladePooling), sequence-classification (the classification head of config.json)";
 
 /// sentence_bert_config.json (the Transformer module's own settings).
 #[derive(Debug, Default, Deserialize)]
@@ -103,6 +121,31 @@ pub struct TransformerConfig {
     pub max_seq_length: Option<usize>,
     #[serde(default)]
     pub do_lower_case: bool,
+    /// sentence-transformers >= 5.4: what the module computes ("fill-mask": a masked-LM
+    /// head, as MLMTransformer; none or "feature-extraction": hidden states).
+    pub transformer_task: Option<String>,
+}
+
+impl TransformerConfig {
+    /// The module's config in `folder`; whether its task is the masked-LM one. A task
+    /// pg_embed does not compute is refused (0A000) naming it.
+    fn read(folder: &Path) -> Result<(Self, bool)> {
+        let path = folder.join("sentence_bert_config.json");
+        let config: TransformerConfig = read_json_opt(&path)?.unwrap_or_default();
+        let masked_lm = match config.transformer_task.as_deref() {
+            None | Some("feature-extraction" | "sequence-classification") => false,
+            Some("fill-mask") => true,
+            Some(other) => {
+                return Err(Error::Unsupported {
+                    what: "transformer_task",
+                    value: other.to_string(),
+                    path,
+                    supported: SUPPORTED_TASKS,
+                })
+            }
+        };
+        Ok((config, masked_lm))
+    }
 }
 
 /// 1_Pooling/config.json (`sentence_transformers.models.Pooling`).
@@ -242,16 +285,23 @@ fn model2vec_max_length() -> Option<usize> {
     Some(512)
 }
 
-/// A model2vec folder: config.json with no `model_type` and the table under model2vec's
-/// tensor name `embeddings` (sentence-transformers' StaticEmbedding saves
-/// `embedding.weight` and no config.json).
+/// A model2vec folder: the table under model2vec's tensor name `embeddings`
+/// (sentence-transformers' StaticEmbedding saves `embedding.weight` and no config.json) and
+/// a config.json that is model2vec's: no `model_type` (`StaticModel.save_pretrained`),
+/// `"model_type": "model2vec"` or `"architectures": ["StaticModel"]` (`distill()`).
 fn model2vec_config(dir: &Path) -> Result<Option<Model2VecConfig>> {
     #[derive(Deserialize)]
     struct Tag {
         model_type: Option<String>,
+        architectures: Option<Vec<String>>,
     }
     let config = dir.join("config.json");
-    let Some(Tag { model_type: None }) = read_json_opt::<Tag>(&config)? else { return Ok(None) };
+    let Some(tag) = read_json_opt::<Tag>(&config)? else { return Ok(None) };
+    let is_model2vec = matches!(tag.model_type.as_deref(), None | Some("model2vec"))
+        || tag.architectures.unwrap_or_default().iter().any(|a| a == "StaticModel");
+    if !is_model2vec {
+        return Ok(None);
+    }
     let weights = dir.join("model.safetensors");
     if !weights.exists() || !crate::weights::safetensors_shapes(&weights)?.contains_key("embeddings") {
         return Ok(None);
@@ -294,7 +344,7 @@ impl Layout {
             prompts: read_json_opt(&dir.join("config_sentence_transformers.json"))?.unwrap_or_default(),
             ..empty(Encoder::Transformer)
         };
-        let kind_of = |module: &ModuleEntry| MODULES.iter().find(|(path, _)| *path == module.kind).map(|(_, k)| *k);
+        let kind_of = |module: &ModuleEntry| kind_of_class(&module.kind);
         if let [only] = modules.as_slice() {
             if kind_of(only) == Some(Kind::Router) {
                 layout.read_router(&safe_join(dir, &only.path, &modules_path)?)?;
@@ -308,10 +358,10 @@ impl Layout {
             match kind {
                 Some(Kind::Transformer | Kind::MlmTransformer) if i == 0 => {
                     seen_transformer = true;
-                    layout.transformer =
-                        read_json_opt(&folder.join("sentence_bert_config.json"))?.unwrap_or_default();
+                    let (config, masked_lm) = TransformerConfig::read(&folder)?;
+                    layout.transformer = config;
                     layout.backbone_dir = folder;
-                    if kind == Some(Kind::MlmTransformer) {
+                    if masked_lm || kind == Some(Kind::MlmTransformer) {
                         layout.encoder = Encoder::MaskedLm;
                     }
                 }
@@ -358,10 +408,12 @@ impl Layout {
                     layout.normalize = true
                 }
                 Some(_) => {
-                    return Err(Error::invalid_file(
-                        &modules_path,
-                        format!("module {} at position {i} is out of order", module.kind),
-                    ))
+                    return Err(Error::Unsupported {
+                        what: "module sequence",
+                        value: format!("{} at position {i} of {}", module.kind, class_list(&modules)),
+                        path: modules_path,
+                        supported: SUPPORTED_ORDERS,
+                    })
                 }
                 None => {
                     let other = module.kind.as_str();
@@ -374,11 +426,14 @@ impl Layout {
                 }
             }
         }
-        if !seen_transformer {
-            return Err(Error::invalid_file(&modules_path, "the first module is not a Transformer"));
-        }
-        if layout.encoder == Encoder::MaskedLm && layout.sparse.is_none() {
-            return Err(Error::invalid_file(&modules_path, "an MLMTransformer without a SpladePooling after it"));
+        // No Transformer first (an empty list among them), or a masked-LM without SpladePooling.
+        if !seen_transformer || (layout.encoder == Encoder::MaskedLm && layout.sparse.is_none()) {
+            return Err(Error::Unsupported {
+                what: "module sequence",
+                value: class_list(&modules),
+                path: modules_path,
+                supported: SUPPORTED_ORDERS,
+            });
         }
         Ok(layout)
     }
@@ -402,7 +457,7 @@ impl Layout {
         let config: RouterConfig = read_json(&path)?;
         let kind = |name: &str| {
             let class = config.types.get(name).map(String::as_str).unwrap_or_default();
-            MODULES.iter().find(|(p, _)| *p == class).map(|(_, k)| *k)
+            kind_of_class(class)
         };
         let (mut query, mut document) = (None, None);
         for (route, modules) in &config.structure {
@@ -411,13 +466,19 @@ impl Layout {
                 [Some(Kind::SparseStaticEmbedding)] if query.is_none() => {
                     query = Some((route.clone(), safe_join(folder, &modules[0], &path)?))
                 }
-                [Some(Kind::MlmTransformer), Some(Kind::SpladePooling)] if document.is_none() => {
+                [Some(Kind::MlmTransformer | Kind::Transformer), Some(Kind::SpladePooling)]
+                    if document.is_none()
+                        && (kinds[0] == Some(Kind::MlmTransformer)
+                            || TransformerConfig::read(&safe_join(folder, &modules[0], &path)?)?.1) =>
+                {
                     document = Some((route.clone(), safe_join(folder, &modules[0], &path)?, safe_join(folder, &modules[1], &path)?))
                 }
                 _ => {
+                    let classes: Vec<&str> =
+                        modules.iter().map(|m| config.types.get(m).map_or(m.as_str(), String::as_str)).collect();
                     return Err(Error::Unsupported {
                         what: "Router route",
-                        value: format!("{route}: {}", modules.join(", ")),
+                        value: format!("{route}: {}", classes.join(", ")),
                         path,
                         supported: "a route of SparseStaticEmbedding (query) and one of MLMTransformer, SpladePooling (document)",
                     })
@@ -425,14 +486,19 @@ impl Layout {
             }
         }
         let Some((document_route, mlm, splade)) = document else {
-            return Err(Error::invalid_file(&path, "no route of MLMTransformer and SpladePooling"));
+            return Err(Error::Unsupported {
+                what: "Router",
+                value: format!("routes {}", config.structure.keys().cloned().collect::<Vec<_>>().join(", ")),
+                path,
+                supported: "a route of SparseStaticEmbedding (query) and one of MLMTransformer, SpladePooling (document)",
+            });
         };
         let default_route = config.parameters.default_route;
         if let Some(route) = default_route.as_ref().filter(|r| !config.structure.contains_key(*r)) {
             return Err(Error::invalid_file(&path, format!("default_route \"{route}\" is not a route")));
         }
         self.encoder = Encoder::MaskedLm;
-        self.transformer = read_json_opt(&mlm.join("sentence_bert_config.json"))?.unwrap_or_default();
+        self.transformer = TransformerConfig::read(&mlm)?.0;
         self.backbone_dir = mlm;
         let pooling_path = splade.join("config.json");
         self.sparse = Some(SparseLayout {
@@ -444,6 +510,12 @@ impl Layout {
         });
         Ok(())
     }
+}
+
+/// The modules' class paths in order, as modules.json lists them.
+fn class_list(modules: &[ModuleEntry]) -> String {
+    let classes: Vec<&str> = modules.iter().map(|m| m.kind.as_str()).collect();
+    format!("[{}]", classes.join(", "))
 }
 
 fn safe_join(dir: &Path, sub: &str, file: &Path) -> Result<PathBuf> {

@@ -582,6 +582,11 @@ fn load_text(
         .map_err(|e| Error::invalid_file(bdir.join("tokenizer.json"), e))?;
     // model2vec leaves the unknown token out of the mean.
     let drop_id = if layout.encoder == Encoder::Model2Vec { unknown_token_id(&tokenizer) } else { None };
+    // model2vec cuts the text before it tokenizes: max_length times the median token length.
+    let char_cut = match (layout.encoder, max_length) {
+        (Encoder::Model2Vec, Some(m)) => Some(m.saturating_mul(super::text::median_token_length(&tokenizer))),
+        _ => None,
+    };
     let max_length = max_length.unwrap_or(0);
 
     // A pad id out of the vocabulary is a broken model (transformers would fail on
@@ -617,7 +622,17 @@ fn load_text(
 
     let type_ids = passes_type_ids(&bdir.join("tokenizer_config.json"))?;
     let untruncated = std::sync::OnceLock::new();
-    let text = Text { tokenizer, untruncated, lowercase, prompts, default_prompt, include_prompt, type_ids, drop_id };
+    let text = Text {
+        tokenizer,
+        untruncated,
+        lowercase,
+        prompts,
+        default_prompt,
+        include_prompt,
+        type_ids,
+        drop_id,
+        char_cut,
+    };
     Ok((text, max_length, prompt_texts))
 }
 

@@ -319,6 +319,10 @@ impl Pipeline {
                 &prompted
             }
         };
+        let full = match t.char_cut {
+            Some(chars) => text::first_chars(full, chars),
+            None => full,
+        };
         // A static model's long input in pieces (the same ids, in bounded memory).
         let pieces = if self.is_static && full.len() > STATIC_PIECE_BYTES {
             text::encode_in_pieces(&t.tokenizer, t.lowercase, full, STATIC_PIECE_BYTES)?

@@ -22,6 +22,27 @@ pub(super) struct Text {
     pub(super) type_ids: bool,
     /// A token left out of every input (model2vec's unknown token).
     pub(super) drop_id: Option<u32>,
+    /// Characters kept of an input before it is tokenized (model2vec: max_length times the
+    /// median token length).
+    pub(super) char_cut: Option<usize>,
+}
+
+/// The first `chars` characters (Unicode scalar values, as Python slices a str) of `text`.
+pub(super) fn first_chars(text: &str, chars: usize) -> &str {
+    text.char_indices().nth(chars).map_or(text, |(i, _)| &text[..i])
+}
+
+/// model2vec's `median_token_length`: the median length in characters of the tokenizer's
+/// tokens, added tokens included, the mean of the two middle ones rounded down for an even
+/// count (`int(np.median(...))`).
+pub(super) fn median_token_length(tokenizer: &Tokenizer) -> usize {
+    let mut lengths: Vec<usize> = tokenizer.get_vocab(true).keys().map(|t| t.chars().count()).collect();
+    lengths.sort_unstable();
+    match lengths.len() {
+        0 => 0,
+        n if n % 2 == 1 => lengths[n / 2],
+        n => (lengths[n / 2 - 1] + lengths[n / 2]) / 2,
+    }
 }
 
 impl Text {

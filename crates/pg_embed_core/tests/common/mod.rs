@@ -91,7 +91,7 @@ pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
 
 /// Copies the files of `src` into `dst`, and those of its subdirectories (a
 /// sentence-transformers model's module folders).
-fn copy_model(src: &Path, dst: &Path) {
+pub fn copy_model(src: &Path, dst: &Path) {
     std::fs::create_dir_all(dst).unwrap();
     for entry in std::fs::read_dir(src).unwrap() {
         let path = entry.unwrap().path();
