@@ -12,13 +12,18 @@ embedding models (sentence-transformers ``StaticEmbedding``, model2vec) compare 
 reference Python libraries return for the very same files.  The script
 
 1. builds the tiny WordPiece tokenizer of ``scripts/gen_fixtures.py`` (imported from there, so
-   both fixture sets share one vocabulary);
+   both fixture sets share one vocabulary), and for the RoBERTa-family models the byte-level BPE
+   and the SentencePiece-style Unigram tokenizers of ``scripts/gen_backbone_fixtures.py`` (the
+   ones of tests/fixtures/backbones/roberta and xlm_roberta, built by the same code);
 2. builds tiny seeded random masked-LM backbones (``BertForMaskedLM`` tied and untied,
-   ``DistilBertForMaskedLM``, ``ModernBertForMaskedLM``; hidden 32, 2 layers, 4 heads,
-   intermediate 64) whose weights are re-initialised with a large standard deviation.  The MLM
-   decoder bias is shifted by a fixed negative constant so that, after relu + log1p + pooling,
-   a document activates a clearly partial share of the vocabulary (checked: between 5% and 60%
-   for every input, the empty one included);
+   ``DistilBertForMaskedLM``, ``ModernBertForMaskedLM``, ``RobertaForMaskedLM`` tied,
+   ``XLMRobertaForMaskedLM`` untied; hidden 32, 2 layers, 4 heads, intermediate 64) whose
+   weights are re-initialised with a large standard deviation.  The MLM decoder bias (the one
+   the forward adds) is shifted by a fixed negative constant so that, after relu + log1p +
+   pooling, a document activates a clearly partial share of the vocabulary (checked: between 5%
+   and 60% for every input, the empty one included).  An untied head's other bias (BERT's
+   ``cls.predictions.bias``, RoBERTa's ``lm_head.bias``, which the forward does not add) is drawn
+   like any bias and not shifted, so reading the wrong one shows;
 3. wraps them into ``SparseEncoder`` directories (``MLMTransformer`` + ``SpladePooling``; a
    ``Router`` with a ``SparseStaticEmbedding`` query route for the inference-free layout), and
    builds ``SentenceTransformer`` ``StaticEmbedding`` models and a model2vec-layout folder, each
@@ -47,6 +52,7 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gen_fixtures  # noqa: E402  (tokenizer builder, dump(), dir_size())
+import gen_backbone_fixtures  # noqa: E402  (the RoBERTa-family tokenizers)
 
 # --------------------------------------------------------------------------
 # Models.
@@ -70,15 +76,25 @@ DENSE_OUT = 8
 QUERY_WEIGHT_FRACTION = 0.5   # share of non-special vocabulary ids with a non-zero query weight
 
 SPLADE_MODELS = [
-    # name, architecture, tie_word_embeddings, pooling_strategy, activation_function, seed, bias shift
-    ("splade_bert", "bert", True, "max", "relu", 11, -3.0),
-    ("splade_bert_sum_untied", "bert", False, "sum", "relu", 12, -4.0),
-    ("splade_distilbert", "distilbert", True, "max", "relu", 13, -4.0),
-    ("splade_modernbert", "modernbert", True, "max", "relu", 14, -5.0),
+    # name, architecture, tie_word_embeddings, pooling_strategy, activation_function, seed, bias shift,
+    # extras ({} = the shared WordPiece tokenizer and hidden_act "gelu"; recorded when not empty)
+    ("splade_bert", "bert", True, "max", "relu", 11, -3.0, {}),
+    ("splade_bert_sum_untied", "bert", False, "sum", "relu", 12, -4.0, {}),
+    ("splade_distilbert", "distilbert", True, "max", "relu", 13, -4.0, {}),
+    ("splade_modernbert", "modernbert", True, "max", "relu", 14, -5.0, {}),
+    # RoBERTa family: byte-level BPE (no [UNK]: unknown characters become bytes) and Unigram.
+    # The untied XLM-R backbone uses hidden_act "gelu_new": RobertaLMHead's activation is the
+    # exact gelu whatever hidden_act says, which the golden then shows.
+    ("splade_roberta", "roberta", True, "max", "relu", 16, -4.0, {"tokenizer": "bpe"}),
+    ("splade_xlm_roberta_untied", "xlm-roberta", False, "sum", "relu", 17, -4.0,
+     {"tokenizer": "unigram_xlmr", "hidden_act": "gelu_new"}),
 ]
 # The inference-free document route: its own BERT MLM, log1p_relu activation (as the
 # opensearch inference-free models use), max pooling.
-INFERENCE_FREE = ("inference_free", "bert", True, "max", "log1p_relu", 15, -4.0)
+INFERENCE_FREE = ("inference_free", "bert", True, "max", "log1p_relu", 15, -4.0, {})
+# Tokenizers of scripts/gen_backbone_fixtures.py by kind (their max length is MAX_SEQ_LENGTH too).
+BACKBONE_TOKENIZERS = ("bpe", "unigram_xlmr")
+BYTE_LEVEL_TOKENIZERS = {"bpe"}
 STATIC_SEEDS = {"static_st": 21, "static_st_dense": 22, "model2vec_layout": 23, "static_dense_head": 24,
                 "query_weights": 25}
 
@@ -140,8 +156,9 @@ def reinit(model, seed: int, decoder_bias_names: tuple[str, ...] = (), shift: fl
                 p.add_(shift)
 
 
-def build_mlm(arch: str, tied: bool, seed: int, shift: float, vocab_size: int, tok_dir: str, out_dir: str) -> dict:
-    """Save a seeded random *ForMaskedLM plus the shared tokenizer into out_dir; return facts."""
+def build_mlm(arch: str, tied: bool, seed: int, shift: float, vocab_size: int, tok_dir: str, out_dir: str,
+              hidden_act: str = "gelu") -> dict:
+    """Save a seeded random *ForMaskedLM plus the tokenizer of tok_dir into out_dir; return facts."""
     import torch
 
     if arch == "bert":
@@ -166,8 +183,19 @@ def build_mlm(arch: str, tied: bool, seed: int, shift: float, vocab_size: int, t
                                   eos_token_id=3, cls_token_id=2, sep_token_id=3,
                                   tie_word_embeddings=tied, attn_implementation="eager")
         cls = ModernBertForMaskedLM
+    elif arch in ("roberta", "xlm-roberta"):
+        from transformers import RobertaConfig, RobertaForMaskedLM, XLMRobertaConfig, XLMRobertaForMaskedLM
+        config_cls, cls = ((RobertaConfig, RobertaForMaskedLM) if arch == "roberta"
+                           else (XLMRobertaConfig, XLMRobertaForMaskedLM))
+        # Positions start after the padding id (1), hence 2 more; one token type.
+        config = config_cls(vocab_size=vocab_size, hidden_size=HIDDEN, num_hidden_layers=LAYERS,
+                            num_attention_heads=HEADS, intermediate_size=INTERMEDIATE,
+                            max_position_embeddings=MAX_POSITIONS + 2, type_vocab_size=1, hidden_act=hidden_act,
+                            pad_token_id=1, bos_token_id=0, eos_token_id=2, tie_word_embeddings=tied)
     else:
         raise ValueError(arch)
+    if hidden_act != "gelu" and arch not in ("roberta", "xlm-roberta"):
+        raise ValueError(f"{arch}: hidden_act {hidden_act}")
     torch.manual_seed(seed)
     model = cls(config)
     model.eval()
@@ -184,17 +212,30 @@ def build_mlm(arch: str, tied: bool, seed: int, shift: float, vocab_size: int, t
     model.save_pretrained(out_dir, safe_serialization=True)
     for fn in os.listdir(tok_dir):
         shutil.copyfile(os.path.join(tok_dir, fn), os.path.join(out_dir, fn))
-    return {"architecture": type(model).__name__, "tie_word_embeddings": tied,
-            "decoder_bias_parameter": bias_names[0]}
+    facts = {"architecture": type(model).__name__, "tie_word_embeddings": tied,
+             "decoder_bias_parameter": bias_names[0]}
+    if arch in ("roberta", "xlm-roberta"):
+        # What the checkpoint holds: a tied head stores lm_head.bias alone (decoder.bias is tied
+        # to it); an untied one both, the forward adding decoder.bias only.
+        from safetensors import safe_open
+        with safe_open(os.path.join(out_dir, "model.safetensors"), "pt") as f:
+            facts["head_tensors"] = sorted(k for k in f.keys() if k.startswith("lm_head."))
+        if not tied:
+            gap = float((model.lm_head.bias - model.lm_head.decoder.bias).abs().max())
+            if gap < 1.0:
+                raise SystemExit(f"{arch}: the untied biases differ by only {gap}")
+        facts["hidden_act"] = hidden_act
+        facts["max_position_embeddings"] = config.max_position_embeddings
+    return facts
 
 
 def build_splade(name: str, arch: str, tied: bool, pooling: str, act: str, seed: int, shift: float,
-                 vocab_size: int, tok_dir: str, work: str, out_dir: str) -> dict:
+                 vocab_size: int, tok_dir: str, work: str, out_dir: str, hidden_act: str = "gelu") -> dict:
     from sentence_transformers import SparseEncoder
     from sentence_transformers.sparse_encoder.modules import MLMTransformer, SpladePooling
 
     hf_dir = os.path.join(work, name + "_hf")
-    facts = build_mlm(arch, tied, seed, shift, vocab_size, tok_dir, hf_dir)
+    facts = build_mlm(arch, tied, seed, shift, vocab_size, tok_dir, hf_dir, hidden_act)
     mlm = MLMTransformer(hf_dir, max_seq_length=MAX_SEQ_LENGTH)
     model = SparseEncoder(modules=[mlm, SpladePooling(pooling_strategy=pooling, activation_function=act)],
                           device="cpu")
@@ -207,7 +248,7 @@ def build_inference_free(vocab_size: int, tok_dir: str, work: str, out_dir: str)
     from sentence_transformers import SparseEncoder
     from sentence_transformers.sparse_encoder.modules import MLMTransformer, Router, SparseStaticEmbedding, SpladePooling
 
-    name, arch, tied, pooling, act, seed, shift = INFERENCE_FREE
+    name, arch, tied, pooling, act, seed, shift, _ = INFERENCE_FREE
     hf_dir = os.path.join(work, name + "_hf")
     facts = build_mlm(arch, tied, seed, shift, vocab_size, tok_dir, hf_dir)
     doc = MLMTransformer(hf_dir, max_seq_length=MAX_SEQ_LENGTH)
@@ -312,7 +353,7 @@ def check_dense_equivalent(model, text, indices, values, **kw) -> None:
         raise SystemExit("negative SPLADE activation")
 
 
-def run_splade(name: str, folder: str, stats: dict, kind: str) -> dict:
+def run_splade(name: str, folder: str, stats: dict, kind: str, byte_level: bool = False) -> dict:
     import numpy as np
     import torch
     from sentence_transformers import SparseEncoder
@@ -346,7 +387,11 @@ def run_splade(name: str, folder: str, stats: dict, kind: str) -> dict:
             if route != "query":
                 if cname in MUST_TRUNCATE and not (untrunc > MAX_SEQ_LENGTH and len(ids) == MAX_SEQ_LENGTH):
                     raise SystemExit(f"{name}/{cname}: expected truncation, got {untrunc} -> {len(ids)}")
-            if cname in MUST_HAVE_UNK and model.tokenizer.unk_token_id not in ids:
+            if cname in MUST_HAVE_UNK and byte_level:
+                # Byte-level BPE has no unknown token: the text comes back whole.
+                if model.tokenizer.unk_token_id in ids or model.tokenizer.decode(ids, skip_special_tokens=True) != text:
+                    raise SystemExit(f"{name}/{cname}: byte-level ids {ids} do not round-trip")
+            elif cname in MUST_HAVE_UNK and model.tokenizer.unk_token_id not in ids:
                 raise SystemExit(f"{name}/{cname}: no [UNK] in {ids}")
             if route is None:
                 e = model.encode([text], batch_size=1, convert_to_sparse_tensor=True, show_progress_bar=False)
@@ -518,9 +563,17 @@ def main() -> int:
         tok_dir = os.path.join(work, "tokenizer")
         os.makedirs(tok_dir)
         vocab_size = gen_fixtures.build_tokenizer(tok_dir)
-        for (name, arch, tied, pooling, act, seed, shift) in splade:
-            facts[name] = build_splade(name, arch, tied, pooling, act, seed, shift, vocab_size, tok_dir, work,
-                                       os.path.join(out, name))
+        tokenizers_by_kind = {"wordpiece": (tok_dir, vocab_size)}
+        for kind in BACKBONE_TOKENIZERS:
+            kind_dir = os.path.join(work, "tokenizer_" + kind)
+            os.makedirs(kind_dir)
+            tokenizers_by_kind[kind] = (kind_dir, gen_backbone_fixtures.build_tokenizer(kind, kind_dir))
+        for (name, arch, tied, pooling, act, seed, shift, extras) in splade:
+            kind_dir, kind_vocab = tokenizers_by_kind[extras.get("tokenizer", "wordpiece")]
+            facts[name] = build_splade(name, arch, tied, pooling, act, seed, shift, kind_vocab, kind_dir, work,
+                                       os.path.join(out, name), extras.get("hidden_act", "gelu"))
+            if "tokenizer" in extras:
+                facts[name]["tokenizer"] = extras["tokenizer"]
         facts[INFERENCE_FREE[0]] = build_inference_free(vocab_size, tok_dir, work, os.path.join(out, INFERENCE_FREE[0]))
         for name in ("static_st", "static_st_dense"):
             build_static_st(name, vocab_size, tok_dir, os.path.join(out, name))
@@ -539,10 +592,11 @@ def main() -> int:
     stats: dict = {}
     models_out: dict = {}
     decode_ref = None
-    for (name, arch, tied, pooling, act, seed, shift) in splade + [INFERENCE_FREE]:
+    for (name, arch, tied, pooling, act, seed, shift, extras) in splade + [INFERENCE_FREE]:
         torch.manual_seed(0)
         kind = "inference_free" if name == INFERENCE_FREE[0] else "splade"
-        desc, cases, model = run_splade(name, os.path.join(out, name), stats, kind)
+        desc, cases, model = run_splade(name, os.path.join(out, name), stats, kind,
+                                        extras.get("tokenizer") in BYTE_LEVEL_TOKENIZERS)
         desc.update({"pooling_strategy": pooling, "activation_function": act, "seed": seed,
                      "decoder_bias_shift": shift, **facts[name]})
         if name == "splade_bert":
@@ -577,7 +631,8 @@ def main() -> int:
             "torch_threads": args.threads,
         },
         "backbone": {
-            "tokenizer": "the WordPiece tokenizer of scripts/gen_fixtures.py (build_tokenizer), shared by every model",
+            "tokenizer": "the WordPiece tokenizer of scripts/gen_fixtures.py (build_tokenizer), shared by every model "
+                         "without a tokenizer field of its own",
             "vocab_size": vocab_size,
             "hidden_size": HIDDEN, "num_hidden_layers": LAYERS, "num_attention_heads": HEADS,
             "intermediate_size": INTERMEDIATE, "max_position_embeddings": MAX_POSITIONS,
@@ -606,6 +661,10 @@ def main() -> int:
             "embedding_unnormalized": "model2vec_layout: StaticModel.encode([text], normalize=False)[0]",
             "embedding_st_from_model2vec": "model2vec_layout: SentenceTransformer(modules=[StaticEmbedding.from_model2vec(folder)]).encode([text])[0]: no Normalize, [UNK] kept",
             "embedding_st_folder": "model2vec_layout: SentenceTransformer(folder).encode([text])[0], via the modules.json model2vec writes (StaticEmbedding + Normalize when normalize=true)",
+            "tokenizer": "RoBERTa-family splade models: the tokenizer kind of scripts/gen_backbone_fixtures.py (build_tokenizer) they use instead of the WordPiece one: bpe = byte-level BPE (vocabulary 420, no unknown token: the oov_word case is bytes, not [UNK]), unigram_xlmr = SentencePiece-style Unigram (vocabulary 402)",
+            "hidden_act": "RoBERTa-family splade models: the backbone's hidden_act (the MLM head's activation is the exact gelu whatever it says)",
+            "max_position_embeddings": "RoBERTa-family splade models: the backbone's (positions start after the padding id)",
+            "head_tensors": "RoBERTa-family splade models: the lm_head.* tensors model.safetensors holds (tied: lm_head.bias only, to which decoder.bias is tied; untied: both biases, the forward adding lm_head.decoder.bias; they differ by more than 1)",
         },
         "stats": dict(sorted(stats.items())),
     }

@@ -3,6 +3,12 @@
 //! the decoder onto the vocabulary (tied to the input embedding unless
 //! `tie_word_embeddings` is false) plus its bias. SPLADE pools their logits
 //! (see [`crate::sparse`]). Plain Rust: no pgrx here.
+//!
+//! One row per backbone `model_type`: BERT (`cls.predictions`, `hidden_act`), DistilBERT
+//! (`vocab_transform`, `activation`), ModernBERT (`head`, `classifier_activation`, optional
+//! biases), RoBERTa and XLM-RoBERTa (`lm_head`, always the exact GELU). The head's tensors
+//! sit at the checkpoint's top level; a tied decoder reads the input embedding under the
+//! backbone's prefix (`bert.`, `roberta.`, ...) or, failing that, without it.
 
 use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
@@ -106,9 +112,32 @@ const HEADS: &[Row] = &[
             })
         },
     },
+    // RoBERTa and XLM-RoBERTa: lm_head (dense, gelu, layer_norm), decoder + bias.
+    Row { model_type: "roberta", architecture: "RobertaForMaskedLM", layout: roberta },
+    Row { model_type: "xlm-roberta", architecture: "XLMRobertaForMaskedLM", layout: roberta },
 ];
 
-const SUPPORTED: &str = "BertForMaskedLM, DistilBertForMaskedLM, ModernBertForMaskedLM";
+const SUPPORTED: &str =
+    "BertForMaskedLM, DistilBertForMaskedLM, ModernBertForMaskedLM, RobertaForMaskedLM, XLMRobertaForMaskedLM";
+
+/// RobertaLMHead and XLMRobertaLMHead, which compute alike. Their activation is always the
+/// exact (erf) GELU: transformers calls `gelu` there whatever `hidden_act` says (that one
+/// is the backbone's).
+fn roberta(c: &MlmConfig) -> Result<Layout> {
+    Ok(Layout {
+        dense: ("lm_head.dense", true),
+        activation: Activation::Gelu,
+        norm: ("lm_head.layer_norm", c.layer_norm_eps.unwrap_or(1e-12), true),
+        decoder: "lm_head.decoder.weight",
+        embedding: ["roberta.embeddings.word_embeddings.weight", "embeddings.word_embeddings.weight"],
+        // The forward adds decoder.bias. transformers 5 ties it to `lm_head.bias` when the
+        // embeddings are tied, and a tied checkpoint then stores only `lm_head.bias`; an
+        // untied one stores both, and `lm_head.bias` is then unused. (Checkpoints of
+        // transformers 4, where the two were always one parameter, may store only
+        // `lm_head.bias` even untied: it is what the model was trained with.)
+        bias: Some(&["lm_head.decoder.bias", "lm_head.bias"]),
+    })
+}
 
 fn act(field: &'static str, name: &str) -> Result<Activation> {
     Activation::from_hidden_act(name).ok_or_else(|| Error::Unsupported {
@@ -195,5 +224,35 @@ impl MlmHead {
             "activation": self.activation.name(),
             "vocab_size": self.vocab_size(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout(config: serde_json::Value) -> Layout {
+        let c: MlmConfig = serde_json::from_value(config).unwrap();
+        let row = HEADS.iter().find(|r| r.model_type == c.model_type).unwrap();
+        (row.layout)(&c).unwrap()
+    }
+
+    #[test]
+    fn roberta_heads_use_the_exact_gelu_whatever_hidden_act_says() {
+        for model_type in ["roberta", "xlm-roberta"] {
+            for hidden_act in ["gelu", "gelu_new", "relu"] {
+                let config = serde_json::json!({"model_type": model_type, "vocab_size": 10, "hidden_size": 4,
+                                                "hidden_act": hidden_act, "layer_norm_eps": 1e-5});
+                let l = layout(config);
+                assert_eq!(l.activation, Activation::Gelu, "{model_type} with hidden_act {hidden_act}");
+                assert_eq!(l.dense, ("lm_head.dense", true));
+                assert_eq!(l.norm, ("lm_head.layer_norm", 1e-5, true));
+                // The bias the forward adds first; the tied checkpoint's only one second.
+                assert_eq!(l.bias, Some(&["lm_head.decoder.bias", "lm_head.bias"][..]));
+            }
+            let l = layout(serde_json::json!({"model_type": model_type, "vocab_size": 10, "hidden_size": 4}));
+            assert_eq!(l.norm.1, 1e-12, "transformers' default layer_norm_eps");
+            assert_eq!(l.embedding[0], "roberta.embeddings.word_embeddings.weight");
+        }
     }
 }

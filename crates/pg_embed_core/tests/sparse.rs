@@ -1,7 +1,8 @@
-//! Golden parity of sparse encoders (SPLADE over BERT, DistilBERT and ModernBERT masked-LM
-//! heads; an inference-free Router) with sentence-transformers' SparseEncoder, and of static
-//! embedding models with sentence-transformers' StaticEmbedding and model2vec, on the tiny
-//! models of scripts/gen_sparse_fixtures.py (tests/fixtures/sparse/golden.json).
+//! Golden parity of sparse encoders (SPLADE over BERT, DistilBERT, ModernBERT, RoBERTa and
+//! XLM-RoBERTa masked-LM heads; an inference-free Router) with sentence-transformers'
+//! SparseEncoder, and of static embedding models with sentence-transformers' StaticEmbedding
+//! and model2vec, on the tiny models of scripts/gen_sparse_fixtures.py
+//! (tests/fixtures/sparse/golden.json).
 
 mod common;
 
@@ -59,7 +60,7 @@ fn models(g: &Value, kind: &str) -> Vec<(String, Value)> {
 fn splade_matches_sentence_transformers_one_by_one_and_batched() {
     let g = golden();
     let splade = models(&g, "splade");
-    assert_eq!(splade.len(), 4, "BERT tied and untied, DistilBERT, ModernBERT");
+    assert_eq!(splade.len(), 6, "BERT tied and untied, DistilBERT, ModernBERT, RoBERTa, XLM-R untied");
     for (name, model) in splade {
         let p = load(&name, serde_json::json!({})).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_eq!(p.info().task, "sparse");
@@ -89,6 +90,54 @@ fn splade_matches_sentence_transformers_one_by_one_and_batched() {
         }
         eprintln!("{name}: {} cases, worst weight difference {worst:e}", cases.len());
     }
+}
+
+/// An untied head holds two biases of which transformers' forward adds one (BERT:
+/// `cls.predictions.decoder.bias`, not `cls.predictions.bias`; RoBERTa and XLM-RoBERTa:
+/// `lm_head.decoder.bias`, not `lm_head.bias`). The fixtures draw them apart, so the parity
+/// above shows the right one is read: a copy with the two swapped misses every reference.
+#[test]
+fn untied_heads_add_the_bias_the_forward_adds() {
+    let g = golden();
+    let mut untied = Vec::new();
+    for (name, model) in models(&g, "splade") {
+        if model["tie_word_embeddings"] != false {
+            continue;
+        }
+        let (added, unused) = match model["architecture"].as_str().unwrap() {
+            "BertForMaskedLM" => ("cls.predictions.decoder.bias", "cls.predictions.bias"),
+            "RobertaForMaskedLM" | "XLMRobertaForMaskedLM" => ("lm_head.decoder.bias", "lm_head.bias"),
+            other => panic!("{name}: which bias does an untied {other} add?"),
+        };
+        let cpu = candle_core::Device::Cpu;
+        let mut tensors = candle_core::safetensors::load(dir(&name).join("model.safetensors"), &cpu).unwrap();
+        let (a, u) = (tensors.remove(added).unwrap(), tensors.remove(unused).unwrap());
+        let gap = max_abs_diff(&a.to_vec1::<f32>().unwrap(), &u.to_vec1::<f32>().unwrap());
+        assert!(gap > 1.0, "{name}: the two biases differ by only {gap}");
+
+        let swapped =
+            std::env::temp_dir().join(format!("pg_embed_swapped_bias_{name}_{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&swapped);
+        copy_model(&dir(&name), &swapped);
+        tensors.insert(added.to_string(), u);
+        tensors.insert(unused.to_string(), a);
+        candle_core::safetensors::save(&tensors, swapped.join("model.safetensors")).unwrap();
+        let p = Pipeline::load(&swapped, &Options::default());
+        let _ = std::fs::remove_dir_all(&swapped);
+        let p = p.unwrap();
+        let cases = model["cases"].as_array().unwrap();
+        let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
+        for (got, case) in sparse(&p, &texts, None).iter().zip(cases) {
+            let same_ids = got.indices == ids(&case["indices"]);
+            assert!(
+                !same_ids || max_abs_diff(&got.values, &floats(&case["values"])) > WEIGHT_TOLERANCE,
+                "{name}/{}: the unused bias gives the reference too",
+                case["name"]
+            );
+        }
+        untied.push(name);
+    }
+    assert_eq!(untied, ["splade_bert_sum_untied", "splade_xlm_roberta_untied"]);
 }
 
 #[test]
