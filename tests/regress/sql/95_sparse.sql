@@ -14,6 +14,8 @@ FROM (VALUES ('splade', 'sparse/splade_bert', '{}'),
              ('splade_untied', 'sparse/splade_bert_sum_untied', '{}'),
              ('splade_distil', 'sparse/splade_distilbert', '{}'),
              ('splade_modern', 'sparse/splade_modernbert', '{}'),
+             ('splade_roberta', 'sparse/splade_roberta', '{}'),
+             ('splade_xlmr', 'sparse/splade_xlm_roberta_untied', '{}'),
              ('splade_free', 'sparse/inference_free', '{}'),
              ('static', 'sparse/static_st', '{}'),
              ('static_dense', 'sparse/static_st_dense', '{}'),
@@ -33,13 +35,15 @@ CREATE FUNCTION pg_temp.golden(c jsonb, suffix text, dim int) RETURNS sparsevec 
       JOIN jsonb_array_elements_text(c -> ('values' || suffix)) WITH ORDINALITY AS b(v, n2) ON n = n2
 $$;
 
--- Every case of the four SPLADE models, one call per input: the non-zero ids exactly, the
--- largest weight difference (L-infinity, through the dense form) under 1e-4.
+-- Every case of the six SPLADE models (BERT tied and untied, DistilBERT, ModernBERT, RoBERTa,
+-- XLM-RoBERTa untied), one call per input: the non-zero ids exactly, the largest weight
+-- difference (L-infinity, through the dense form, the vocabulary as dimension) under 1e-4.
 SELECT m.name, count(*) AS cases,
        bool_and(pg_temp.ids(s) = ARRAY(SELECT jsonb_array_elements_text(c -> 'indices')::int)) AS ids_equal,
-       max((SELECT max(abs(a - b)) FROM unnest(s::sparsevec::vector::real[], pg_temp.golden(c, '', 401)::vector::real[]) AS u(a, b))) < 1e-4 AS weights_within_1e_4
+       max((SELECT max(abs(a - b)) FROM unnest(s::sparsevec::vector::real[], pg_temp.golden(c, '', (embed.model_info(m.name) ->> 'dim')::int)::vector::real[]) AS u(a, b))) < 1e-4 AS weights_within_1e_4
 FROM (VALUES ('splade', 'splade_bert'), ('splade_untied', 'splade_bert_sum_untied'),
-             ('splade_distil', 'splade_distilbert'), ('splade_modern', 'splade_modernbert')) AS m(name, key),
+             ('splade_distil', 'splade_distilbert'), ('splade_modern', 'splade_modernbert'),
+             ('splade_roberta', 'splade_roberta'), ('splade_xlmr', 'splade_xlm_roberta_untied')) AS m(name, key),
      jsonb_array_elements((SELECT g FROM golden) -> m.key -> 'cases') AS c,
      LATERAL embed_sparse(m.name, c ->> 'text') AS s
 GROUP BY m.name ORDER BY m.name;
@@ -192,4 +196,4 @@ END $$;
 
 DROP TABLE docs, sparse_notes, golden;
 SELECT embed.drop_model(name) FROM embed.models WHERE name IN
-    ('splade', 'splade_untied', 'splade_distil', 'splade_modern', 'splade_free', 'static', 'static_dense', 'm2v', 'splade_top8', 'splade_heavy');
+    ('splade', 'splade_untied', 'splade_distil', 'splade_modern', 'splade_roberta', 'splade_xlmr', 'splade_free', 'static', 'static_dense', 'm2v', 'splade_top8', 'splade_heavy');
