@@ -90,6 +90,9 @@ const MODULES: &[(&str, Kind)] = &[
         "sentence_transformers.sparse_encoder.modules.sparse_static_embedding.SparseStaticEmbedding",
         Kind::SparseStaticEmbedding,
     ),
+    // sentence-transformers' own CLIP module (before 5.4): the whole CLIP model in its
+    // folder, text and image features as the multimodal Transformer of 5.4 and later gives.
+    ("sentence_transformers.models.CLIPModel", Kind::Transformer),
     ("sentence_transformers.models.Router", Kind::Router),
     ("sentence_transformers.base.modules.router.Router", Kind::Router),
 ];
@@ -279,6 +282,11 @@ pub struct Model2VecConfig {
     /// Tokens kept per input; null: all (model2vec's default when the key is missing: 512).
     #[serde(default = "model2vec_max_length")]
     pub max_length: Option<usize>,
+    /// config.json has no `max_length` key: written by a model2vec that did not store it
+    /// (0.4 among them), which leaves the unknown token out before it keeps `max_length`
+    /// tokens (0.10 keeps them first, the unknown ones counted, then leaves those out).
+    #[serde(skip)]
+    pub unknown_dropped_first: bool,
 }
 
 fn model2vec_max_length() -> Option<usize> {
@@ -306,7 +314,10 @@ fn model2vec_config(dir: &Path) -> Result<Option<Model2VecConfig>> {
     if !weights.exists() || !crate::weights::safetensors_shapes(&weights)?.contains_key("embeddings") {
         return Ok(None);
     }
-    read_json(&config).map(Some)
+    let mut parsed: Model2VecConfig = read_json(&config)?;
+    let keys: serde_json::Map<String, serde_json::Value> = read_json(&config)?;
+    parsed.unknown_dropped_first = !keys.contains_key("max_length");
+    Ok(Some(parsed))
 }
 
 impl Layout {

@@ -574,11 +574,21 @@ fn load_text(
             max_length.unwrap_or_default()
         )));
     }
+    // A model2vec folder of the versions that leave the unknown token out before they keep
+    // max_length tokens: the tokenizer does not truncate, the ids are cut after the drop.
+    let keep_after_drop = match &layout.model2vec {
+        Some(m) if m.unknown_dropped_first => max_length,
+        _ => None,
+    };
     // sentence-transformers ignores the padding and truncation stored in tokenizer.json:
     // it pads per batch and truncates at max_seq_length.
     tokenizer.with_padding(None);
     tokenizer
-        .with_truncation(max_length.map(|max_length| TruncationParams { max_length, ..Default::default() }))
+        .with_truncation(
+            max_length
+                .filter(|_| keep_after_drop.is_none())
+                .map(|max_length| TruncationParams { max_length, ..Default::default() }),
+        )
         .map_err(|e| Error::invalid_file(bdir.join("tokenizer.json"), e))?;
     // model2vec leaves the unknown token out of the mean.
     let drop_id = if layout.encoder == Encoder::Model2Vec { unknown_token_id(&tokenizer) } else { None };
@@ -632,6 +642,7 @@ fn load_text(
         type_ids,
         drop_id,
         char_cut,
+        keep_after_drop,
     };
     Ok((text, max_length, prompt_texts))
 }

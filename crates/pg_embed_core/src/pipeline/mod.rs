@@ -338,11 +338,17 @@ impl Pipeline {
             _ => 0,
         };
         let types = if t.type_ids { types } else { Vec::new() };
-        let (ids, types) = match t.drop_id {
+        let (mut ids, mut types) = match t.drop_id {
             Some(drop) if types.len() == ids.len() => ids.into_iter().zip(types).filter(|(id, _)| *id != drop).unzip(),
             Some(drop) => (ids.into_iter().filter(|id| *id != drop).collect(), types),
             None => (ids, types),
         };
+        let mut cut = cut;
+        if let Some(keep) = t.keep_after_drop.filter(|keep| ids.len() > *keep) {
+            ids.truncate(keep);
+            types.truncate(keep);
+            cut = true;
+        }
         Ok((Encoded { ids, types, skip }, cut))
     }
 

@@ -25,6 +25,9 @@ pub(super) struct Text {
     /// Characters kept of an input before it is tokenized (model2vec: max_length times the
     /// median token length).
     pub(super) char_cut: Option<usize>,
+    /// Tokens kept after `drop_id` is left out, when the tokenizer does not truncate
+    /// (model2vec folders of versions that drop the unknown token first).
+    pub(super) keep_after_drop: Option<usize>,
 }
 
 /// The first `chars` characters (Unicode scalar values, as Python slices a str) of `text`.
