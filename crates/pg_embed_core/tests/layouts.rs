@@ -141,6 +141,29 @@ fn a_fill_mask_transformer_is_the_masked_lm_module() {
     }
 }
 
+/// A module path of another sentence-transformers release (the package-level export, as
+/// users write it by hand) loads as the class it names; a class outside sentence-transformers
+/// with the same name does not.
+#[test]
+fn any_sentence_transformers_path_of_a_known_class_loads() {
+    let g = golden();
+    let copy = Copy::new("splade_bert", "package_paths", |d| {
+        edit_json(&d.join("modules.json"), |v| {
+            v[0]["type"] = "sentence_transformers.sparse_encoder.modules.MLMTransformer".into();
+            v[1]["type"] = "sentence_transformers.sparse_encoder.modules.SpladePooling".into();
+        })
+    });
+    let p = copy.load().unwrap();
+    let case = &g["models"]["splade_bert"]["cases"][1];
+    let got = p.embed_sparse(&[case["text"].as_str().unwrap()], None, usize::MAX, 2, || Ok(())).unwrap().pop().unwrap();
+    assert_eq!(got.indices, ids(&case["indices"]));
+    assert!(max_abs_diff(&got.values, &floats(&case["values"])) <= 1e-4);
+    let copy = Copy::new("splade_bert", "foreign_path", |d| {
+        edit_json(&d.join("modules.json"), |v| v[0]["type"] = "my_package.MLMTransformer".into())
+    });
+    refused(copy.load(), &["my_package.MLMTransformer"]);
+}
+
 fn refused(r: pg_embed_core::error::Result<Pipeline>, names: &[&str]) -> String {
     let e = r.err().expect("the layout must be refused");
     let m = format!("{e} {}", e.hint().unwrap_or_default());
