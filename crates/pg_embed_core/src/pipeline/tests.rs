@@ -336,7 +336,7 @@ mod pieces {
         t
     }
 
-    const SAMPLES: [&str; 8] = [
+    const SAMPLES: [&str; 9] = [
         "The quick brown fox, jumps over the lazy dog! ",
         "Ünïcödé àccents\tand\ttabs\n",
         "中文字符混在一起 with English ",
@@ -345,6 +345,8 @@ mod pieces {
         "e\u{301}t\u{e9} NFC\u{300} ",
         "x",
         "\u{3000}ideographic\u{3000}space\r\n",
+        // Characters a byte-level BPE splits into several tokens.
+        "🦀🎉ß€ ",
     ];
 
     proptest! {

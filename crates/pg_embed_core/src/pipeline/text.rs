@@ -157,9 +157,15 @@ pub(super) fn was_cut(tokenizer: &Tokenizer, text: &str, enc: &tokenizers::Encod
     let tokenize_err = |e: tokenizers::Error| Error::Tokenize(e.to_string());
     let with_offsets = tokenizer.encode(text, false).map_err(tokenize_err)?;
     let offsets = with_offsets.get_offsets();
+    // Byte offsets. tokenizers gives a byte-level token inside a character the whole
+    // character's span; rounded outward all the same, so no slice falls inside one.
     let rest = match params.direction {
-        TruncationDirection::Right => &text[offsets.iter().map(|o| o.1).max().unwrap_or(0)..],
-        TruncationDirection::Left => &text[..offsets.iter().map(|o| o.0).min().unwrap_or(text.len())],
+        TruncationDirection::Right => {
+            &text[text.floor_char_boundary(offsets.iter().map(|o| o.1).max().unwrap_or(0).min(text.len()))..]
+        }
+        TruncationDirection::Left => {
+            &text[..text.ceil_char_boundary(offsets.iter().map(|o| o.0).min().unwrap_or(text.len()).min(text.len()))]
+        }
     };
     // In pieces (a word cut in two still gives a token), from the side next to the kept
     // tokens, until one gives a token.
