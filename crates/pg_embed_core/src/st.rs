@@ -96,7 +96,7 @@ const MODULES: &[(&str, Kind)] = &[
     ("sentence_transformers.models.Router", Kind::Router),
     ("sentence_transformers.base.modules.router.Router", Kind::Router),
 ];
-const SUPPORTED_MODULES: &str = "Transformer, Pooling, Dense, Normalize, StaticEmbedding, MLMTransformer, \
+const SUPPORTED_MODULES: &str = "Transformer, Pooling, Dense, Normalize, StaticEmbedding, CLIPModel, MLMTransformer, \
      SpladePooling, and a Router of SparseStaticEmbedding and MLMTransformer + SpladePooling \
      (sentence_transformers.models.* and sparse_encoder.models.* or their 6.x paths)";
 /// The kind of a module class path: one of [`MODULES`], or another path of
