@@ -514,13 +514,9 @@ def golden_cross_encoder(out: str) -> tuple[dict, list[dict]]:
     return desc, cases
 
 
-def sparse_row(t, vocab_size: int):
-    import gen_sparse_fixtures
-    return gen_sparse_fixtures.sparse_row(t, vocab_size)
-
-
 def golden_sparse(kind: str, out: str) -> tuple[dict, list[dict]]:
     from sentence_transformers import SparseEncoder
+    from gen_sparse_fixtures import encode_sparse, sparse_row
 
     model = SparseEncoder(out, device="cpu")
     model.eval()
@@ -533,13 +529,7 @@ def golden_sparse(kind: str, out: str) -> tuple[dict, list[dict]]:
         c = {"name": name}
         for route in routes:
             sfx = "" if route is None else "_" + route
-            if route is None:
-                e = model.encode([text], batch_size=1, convert_to_sparse_tensor=True, show_progress_bar=False)
-            elif route == "query":
-                e = model.encode_query([text], batch_size=1, convert_to_sparse_tensor=True, show_progress_bar=False)
-            else:
-                e = model.encode_document([text], batch_size=1, convert_to_sparse_tensor=True,
-                                          show_progress_bar=False)
+            e = encode_sparse(model, text, route)
             c[f"indices{sfx}"], c[f"values{sfx}"] = sparse_row(e, vocab_size)
         cases.append(c)
     return desc, cases
@@ -652,12 +642,8 @@ def folder_facts(out: str) -> dict:
 
 def normalise_tree(out: str) -> None:
     """File modes 0644/0755 (safetensors writes 0600; the test server runs as another user)."""
-    for root, dirs, fns in os.walk(out):
-        for d in dirs:
-            os.chmod(os.path.join(root, d), 0o755)
-        for fn in fns:
-            os.chmod(os.path.join(root, fn), 0o644)
-    os.chmod(out, 0o755)
+    import gen_image_fixtures
+    gen_image_fixtures.chmod_tree(out)
 
 
 def cmd_save(args) -> int:

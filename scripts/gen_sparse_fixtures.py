@@ -338,6 +338,13 @@ def sparse_row(t, vocab_size: int):
     return [int(i) for i in idx[order]], floats(val[order])
 
 
+def encode_sparse(model, text: str, route: str | None):
+    """One input's sparse tensor as SparseEncoder gives it: `encode` (no route),
+    `encode_query` or `encode_document`."""
+    encode = {None: model.encode, "query": model.encode_query}.get(route, model.encode_document)
+    return encode([text], batch_size=1, convert_to_sparse_tensor=True, show_progress_bar=False)
+
+
 def check_dense_equivalent(model, text, indices, values, **kw) -> None:
     import numpy as np
 
@@ -393,13 +400,7 @@ def run_splade(name: str, folder: str, stats: dict, kind: str, byte_level: bool 
                     raise SystemExit(f"{name}/{cname}: byte-level ids {ids} do not round-trip")
             elif cname in MUST_HAVE_UNK and model.tokenizer.unk_token_id not in ids:
                 raise SystemExit(f"{name}/{cname}: no [UNK] in {ids}")
-            if route is None:
-                e = model.encode([text], batch_size=1, convert_to_sparse_tensor=True, show_progress_bar=False)
-            elif route == "query":
-                e = model.encode_query([text], batch_size=1, convert_to_sparse_tensor=True, show_progress_bar=False)
-            else:
-                e = model.encode_document([text], batch_size=1, convert_to_sparse_tensor=True,
-                                          show_progress_bar=False)
+            e = encode_sparse(model, text, route)
             indices, values = sparse_row(e, vocab_size)
             check_dense_equivalent(model, text, indices, values, **kw)
             c[f"input_ids{suffix}"] = ids
