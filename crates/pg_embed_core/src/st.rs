@@ -303,8 +303,10 @@ fn model2vec_config(dir: &Path) -> Result<Option<Model2VecConfig>> {
         model_type: Option<String>,
         architectures: Option<Vec<String>>,
     }
-    let config = dir.join("config.json");
-    let Some(tag) = read_json_opt::<Tag>(&config)? else { return Ok(None) };
+    let path = dir.join("config.json");
+    let Some(config) = read_json_opt::<serde_json::Value>(&path)? else { return Ok(None) };
+    let parse_err = |e| Error::invalid_file(&path, e);
+    let tag: Tag = serde_json::from_value(config.clone()).map_err(parse_err)?;
     let is_model2vec = matches!(tag.model_type.as_deref(), None | Some("model2vec"))
         || tag.architectures.unwrap_or_default().iter().any(|a| a == "StaticModel");
     if !is_model2vec {
@@ -314,10 +316,9 @@ fn model2vec_config(dir: &Path) -> Result<Option<Model2VecConfig>> {
     if !weights.exists() || !crate::weights::safetensors_shapes(&weights)?.contains_key("embeddings") {
         return Ok(None);
     }
-    let mut parsed: Model2VecConfig = read_json(&config)?;
-    let keys: serde_json::Map<String, serde_json::Value> = read_json(&config)?;
-    parsed.unknown_dropped_first = !keys.contains_key("max_length");
-    Ok(Some(parsed))
+    let unknown_dropped_first = config.get("max_length").is_none();
+    let parsed: Model2VecConfig = serde_json::from_value(config).map_err(parse_err)?;
+    Ok(Some(Model2VecConfig { unknown_dropped_first, ..parsed }))
 }
 
 impl Layout {

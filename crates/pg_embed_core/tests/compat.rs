@@ -43,8 +43,9 @@ fn ids(v: &Value) -> Vec<u32> {
 type Check = Result<f32, String>;
 
 /// `assert_close`'s bounds (cosine >= 0.9999 unless the reference is all zeros, each element
-/// within FIXTURE_ABS_TOL * max(1, |want|)) as a result; the max abs difference.
-fn close(got: &[f32], want: &[f32], what: &str) -> Check {
+/// within FIXTURE_ABS_TOL * max(1, |want|) plus `extra(want)`) as a result; the max abs
+/// difference.
+fn close_plus(got: &[f32], want: &[f32], what: &str, extra: impl Fn(f32) -> f32) -> Check {
     if got.len() != want.len() {
         return Err(format!("{what}: {} values, the reference has {}", got.len(), want.len()));
     }
@@ -53,12 +54,16 @@ fn close(got: &[f32], want: &[f32], what: &str) -> Check {
         return Err(format!("{what}: cosine {cos}"));
     }
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        let tol = FIXTURE_ABS_TOL * w.abs().max(1.0);
+        let tol = extra(*w) + FIXTURE_ABS_TOL * w.abs().max(1.0);
         if (g - w).abs() > tol {
             return Err(format!("{what}: element {i}: {g} vs {w} (diff {:e}, tolerance {tol:e})", (g - w).abs()));
         }
     }
     Ok(max_abs_diff(got, want))
+}
+
+fn close(got: &[f32], want: &[f32], what: &str) -> Check {
+    close_plus(got, want, what, |_| 0.0)
 }
 
 /// The spacing of float16 values at |w| (its unit in the last place; subnormal spacing below
@@ -77,20 +82,7 @@ fn f16_ulp(w: f32) -> f32 {
 /// differ by the reference's own rounding, up to 2 float16 ulps (measured: 1.13), besides
 /// `close`'s float32 bound; the cosine bound still holds.
 fn close_f16(got: &[f32], want: &[f32], what: &str) -> Check {
-    if got.len() != want.len() {
-        return Err(format!("{what}: {} values, the reference has {}", got.len(), want.len()));
-    }
-    let cos = cosine(got, want);
-    if !(cos >= COSINE_MIN || want.iter().all(|x| *x == 0.0)) {
-        return Err(format!("{what}: cosine {cos}"));
-    }
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        let tol = 2.0 * f16_ulp(*w) + FIXTURE_ABS_TOL * w.abs().max(1.0);
-        if (g - w).abs() > tol {
-            return Err(format!("{what}: element {i}: {g} vs {w} (diff {:e}, tolerance {tol:e})", (g - w).abs()));
-        }
-    }
-    Ok(max_abs_diff(got, want))
+    close_plus(got, want, what, |w| 2.0 * f16_ulp(w))
 }
 
 fn within(got: &[f32], want: &[f32], tol: f32, what: &str) -> Check {
