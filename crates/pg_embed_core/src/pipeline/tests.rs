@@ -373,24 +373,23 @@ mod pieces {
     }
 
     fn same_ids(picks: &[usize], piece: usize, lowercase: bool) -> Result<(), TestCaseError> {
-            let text: String = picks.iter().map(|&i| SAMPLES[i]).collect();
-            for (name, truncate) in [("static_st", None), ("static_st", Some(37)), ("model2vec_layout", None)] {
-                let mut t = static_tokenizer(name);
-                if let Some(m) = truncate {
-                    t.with_truncation(Some(tokenizers::TruncationParams { max_length: m, ..Default::default() })).unwrap();
-                }
-                let whole = encode_typed(&t, lowercase, &text).unwrap();
-                let pieces = encode_in_pieces(&t, lowercase, &text, piece).unwrap().expect("a BERT tokenizer is cut");
-                prop_assert_eq!(&pieces.0, &whole.0, "{} (max_length {:?}), pieces of {}", name, truncate, piece);
-                // Cut: more tokens than the limit. (The whole text's overflow, which the
-                // tokenizer reports, is sometimes empty for a cut input: not compared.)
-                let mut untruncated = t.clone();
-                untruncated.with_truncation(None).unwrap();
-                let count = encode_typed(&untruncated, lowercase, &text).unwrap().0.len();
-                let limit = t.get_truncation().map(|p| p.max_length);
-                prop_assert_eq!(pieces.2, limit.is_some_and(|m| count > m), "cut, {} tokens", count);
+        let text: String = picks.iter().map(|&i| SAMPLES[i]).collect();
+        for (name, truncate) in [("static_st", None), ("static_st", Some(37)), ("model2vec_layout", None)] {
+            let mut t = static_tokenizer(name);
+            if let Some(m) = truncate {
+                t.with_truncation(Some(tokenizers::TruncationParams { max_length: m, ..Default::default() })).unwrap();
             }
-            Ok(())
+            let whole = encode_typed(&t, lowercase, &text).unwrap();
+            let pieces = encode_in_pieces(&t, lowercase, &text, piece).unwrap().expect("a BERT tokenizer is cut");
+            prop_assert_eq!(&pieces.0, &whole.0, "{} (max_length {:?}), pieces of {}", name, truncate, piece);
+            // Cut: more tokens than the limit (the whole text's flag: `cut_is_more_tokens_than_the_limit`).
+            let mut untruncated = t.clone();
+            untruncated.with_truncation(None).unwrap();
+            let count = encode_typed(&untruncated, lowercase, &text).unwrap().0.len();
+            let limit = t.get_truncation().map(|p| p.max_length);
+            prop_assert_eq!(pieces.2, limit.is_some_and(|m| count > m), "cut, {} tokens", count);
+        }
+        Ok(())
     }
 
     proptest! {
