@@ -22,9 +22,28 @@ mod worker;
 #[pgrx::pg_guard]
 pub extern "C-unwind" fn _PG_init() {
     guc::register();
+    pg_embed_core::threads::set_interrupt_probe(interrupt_pending);
     // SAFETY: reads a postmaster global.
     if unsafe { pgrx::pg_sys::process_shared_preload_libraries_in_progress } {
         worker::register_launcher();
+    }
+}
+
+/// Whether this backend has a cancel (a statement timeout included) or terminate pending
+/// that `CHECK_FOR_INTERRUPTS` would act on now: the compute threads read it to stop a long
+/// forward pass early (it reads the signal handlers' flags; it calls no Postgres function).
+fn interrupt_pending() -> bool {
+    use pgrx::pg_sys;
+    // SAFETY: plain reads of flags that signal handlers set in this process (volatile, as
+    // Postgres reads them); a stale value only delays or repeats the answer.
+    unsafe {
+        let read = |v: *const i32| std::ptr::read_volatile(v) != 0;
+        read(&raw const pg_sys::InterruptPending)
+            && std::ptr::read_volatile(&raw const pg_sys::InterruptHoldoffCount) == 0
+            && std::ptr::read_volatile(&raw const pg_sys::CritSectionCount) == 0
+            && (read(&raw const pg_sys::ProcDiePending)
+                || (read(&raw const pg_sys::QueryCancelPending)
+                    && std::ptr::read_volatile(&raw const pg_sys::QueryCancelHoldoffCount) == 0))
     }
 }
 

@@ -14,6 +14,7 @@ fn sqlerrcode(state: SqlState) -> PgSqlErrorCode {
     use PgSqlErrorCode::*;
     match state {
         SqlState::InvalidParameterValue => ERRCODE_INVALID_PARAMETER_VALUE,
+        SqlState::QueryCanceled => ERRCODE_QUERY_CANCELED,
         SqlState::StringDataRightTruncation => ERRCODE_STRING_DATA_RIGHT_TRUNCATION,
         SqlState::ProgramLimitExceeded => ERRCODE_PROGRAM_LIMIT_EXCEEDED,
         SqlState::UndefinedObject => ERRCODE_UNDEFINED_OBJECT,
@@ -35,6 +36,11 @@ fn sqlerrcode(state: SqlState) -> PgSqlErrorCode {
 
 /// Raises `err` as a Postgres ERROR with its SQLSTATE, message and hint.
 fn raise(err: Error) -> ! {
+    if matches!(err, Error::Cancelled) {
+        // The compute threads stopped for a pending cancel, timeout or terminate: Postgres
+        // raises it with its own message and code (57014, or FATAL for a terminate).
+        pgrx::check_for_interrupts!();
+    }
     let mut report = ErrorReport::new(sqlerrcode(err.sqlstate()), err.to_string(), "pg_embed");
     if let Some(hint) = err.hint() {
         report = report.set_hint(hint);

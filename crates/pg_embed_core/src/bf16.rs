@@ -335,6 +335,9 @@ impl Bf16Weight {
             #[cfg(target_arch = "x86_64")]
             let _tiles = (kernel == Kernel::Amx).then(amx::Tiles::configure);
             while start < rows {
+                if crate::threads::interrupted() {
+                    return;
+                }
                 let block = block_rows.min(rows - start);
                 // The block's rows in bfloat16 pairs, [rows padded to 16, pairs] row-major.
                 let padded = block.next_multiple_of(16);

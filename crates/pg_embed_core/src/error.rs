@@ -10,6 +10,8 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub enum SqlState {
     /// 22023 invalid_parameter_value
     InvalidParameterValue,
+    /// 57014 query_canceled
+    QueryCanceled,
     /// 22001 string_data_right_truncation
     StringDataRightTruncation,
     /// 54000 program_limit_exceeded
@@ -164,6 +166,11 @@ pub enum Error {
     /// each "text" or "image": what the model takes and what the call passed.
     #[error("this model takes {}, not {}", modality_noun(model), modality_noun(call))]
     WrongModality { model: &'static str, call: &'static str },
+
+    /// The caller asked the work to stop (a cancel, a statement timeout, a terminate) while
+    /// it ran: what it computed is unfinished and was dropped.
+    #[error("canceling statement due to user request")]
+    Cancelled,
 }
 
 /// "text" or "images", for [`Error::WrongModality`]'s message.
@@ -205,6 +212,7 @@ impl Error {
             ImageTooLarge { .. } => SqlState::ProgramLimitExceeded,
             WrongModality { .. } => SqlState::DatatypeMismatch,
             HotStandby { .. } => SqlState::ReadOnlySqlTransaction,
+            Cancelled => SqlState::QueryCanceled,
         }
     }
 

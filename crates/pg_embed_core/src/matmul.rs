@@ -170,6 +170,9 @@ impl PackedWeight {
         PACKED_ROWS.with_borrow_mut(|packed| {
             let mut start = 0;
             while start < rows {
+                if crate::threads::interrupted() {
+                    return;
+                }
                 let block = MC.min(rows - start);
                 // Tiles of near-equal height (at least 4 rows each when the block has them),
                 // so a block of 37 rows runs as 10 + 9 + 9 + 9, never 12 + 12 + 12 + 1.

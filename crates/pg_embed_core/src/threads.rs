@@ -11,36 +11,87 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use crate::error::{Error, Result};
 
-thread_local! {
-    static POOL: RefCell<Option<(usize, std::sync::Arc<rayon::ThreadPool>)>> = const { RefCell::new(None) };
+/// This thread's pool and the stop flag its threads read (see `interrupted`).
+struct Pool {
+    threads: usize,
+    pool: std::sync::Arc<rayon::ThreadPool>,
+    stop: std::sync::Arc<AtomicBool>,
 }
 
-/// Runs `work` with `threads` compute threads (at least 1).
+thread_local! {
+    static POOL: RefCell<Option<Pool>> = const { RefCell::new(None) };
+    /// On a compute thread: its pool's stop flag.
+    static STOP: RefCell<Option<std::sync::Arc<AtomicBool>>> = const { RefCell::new(None) };
+}
+
+/// The process's interrupt probe: whether the caller has asked the work in progress to
+/// stop (the SQL layer's reads Postgres's cancel and terminate flags). It must only read
+/// memory: compute threads call it.
+static PROBE: std::sync::OnceLock<fn() -> bool> = std::sync::OnceLock::new();
+
+/// Sets the process's interrupt probe (once; later calls are ignored).
+pub fn set_interrupt_probe(probe: fn() -> bool) {
+    let _ = PROBE.set(probe);
+}
+
+/// Whether the work in progress should stop: the process's probe says so, or (on a compute
+/// thread) its pool's stop flag is set. Long loops (attention's query blocks, the
+/// products' row blocks) test it and return early, leaving their output unfinished; `run`
+/// then returns `Error::Cancelled` instead of the result, so nothing unfinished is used.
+/// A team's steps still all run (empty), so no thread waits for one that left.
+#[inline]
+pub fn interrupted() -> bool {
+    STOP.with_borrow(|s| s.as_ref().is_some_and(|s| s.load(Ordering::Relaxed)))
+        || PROBE.get().is_some_and(|probe| probe())
+}
+
+/// The stop flag of this thread's pool for `threads` threads (built if need be): setting
+/// it stops the work that pool runs, as a cancel does (until cleared).
+pub fn stop_flag(threads: usize) -> Result<std::sync::Arc<AtomicBool>> {
+    pool(threads).map(|p| p.1)
+}
+
+/// Runs `work` with `threads` compute threads (at least 1). `Error::Cancelled` when it was
+/// interrupted (`interrupted`) before it finished.
 pub fn run<T: Send>(threads: usize, work: impl FnOnce() -> T + Send) -> Result<T> {
+    let (pool, stop) = pool(threads)?;
+    let out = pool.install(work);
+    if stop.load(Ordering::Relaxed) || PROBE.get().is_some_and(|probe| probe()) {
+        return Err(Error::Cancelled);
+    }
+    Ok(out)
+}
+
+/// This thread's pool of `threads` threads (at least 1), built or rebuilt as needed.
+fn pool(threads: usize) -> Result<(std::sync::Arc<rayon::ThreadPool>, std::sync::Arc<AtomicBool>)> {
     let threads = threads.max(1);
-    let pool = POOL.with_borrow_mut(|slot| -> Result<_> {
+    POOL.with_borrow_mut(|slot| -> Result<_> {
         match slot {
-            Some((n, pool)) if *n == threads => Ok(pool.clone()),
+            Some(p) if p.threads == threads => Ok((p.pool.clone(), p.stop.clone())),
             _ => {
                 fix_mmap_threshold();
+                let stop = std::sync::Arc::new(AtomicBool::new(false));
+                let flag = stop.clone();
                 let pool = rayon::ThreadPoolBuilder::new()
                     .num_threads(threads)
                     .thread_name(|i| format!("pg_embed-{i}"))
-                    .start_handler(|_| block_signals())
+                    .start_handler(move |_| {
+                        block_signals();
+                        STOP.set(Some(flag.clone()));
+                    })
                     .build()
                     .map_err(|e| {
                         Error::Inference(format!("could not start {threads} compute threads: {e}"))
                     })?;
                 let pool = std::sync::Arc::new(pool);
-                *slot = Some((threads, pool.clone()));
+                *slot = Some(Pool { threads, pool: pool.clone(), stop: stop.clone() });
                 // candle splits each GEMM into this many parts.
                 // SAFETY-free in edition 2021; set while no other thread of ours reads it.
                 std::env::set_var("RAYON_NUM_THREADS", threads.to_string());
-                Ok(pool)
+                Ok((pool, stop))
             }
         }
-    })?;
-    Ok(pool.install(work))
+    })
 }
 
 /// Blocks the asynchronous signals on the calling compute thread, so that the process's

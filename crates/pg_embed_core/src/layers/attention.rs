@@ -178,49 +178,93 @@ impl Heads {
     }
 }
 
-/// (offset, length, head) of every sequence and head of a packed batch: attention's tasks.
-pub(crate) fn attention_tasks(lengths: &[usize], heads: usize) -> Vec<(usize, usize, usize)> {
+/// One task of attention: rows `rows` (queries) of head `head` of the sequence of `len`
+/// tokens that starts at token `offset` of the packed batch.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Task {
+    pub offset: usize,
+    pub len: usize,
+    pub head: usize,
+    pub rows: std::ops::Range<usize>,
+}
+
+/// The most scores one task holds at once (its query rows by the keys they see): 1 MB, so
+/// that a sequence of up to 512 tokens is one block per head, and a longer one runs in
+/// blocks of query rows whose scores stay in L2, with memory linear in its length.
+const BLOCK_SCORES: usize = 1 << 18;
+
+/// The fewest query rows a block of a long sequence has (the products' tiles want some).
+const MIN_BLOCK_ROWS: usize = 16;
+
+/// The query rows per task of a sequence of `len` tokens (all of them when `whole`).
+fn block_rows(len: usize, whole: bool) -> usize {
+    if whole || len.saturating_mul(len) <= BLOCK_SCORES {
+        len
+    } else {
+        (BLOCK_SCORES / len).max(MIN_BLOCK_ROWS).min(len)
+    }
+}
+
+/// Attention's tasks for a packed batch: for every sequence and head, its query rows in
+/// blocks (`block_rows`; one block per head when `whole`, which a score term needs).
+pub(crate) fn attention_tasks(lengths: &[usize], heads: usize, whole: bool) -> Vec<Task> {
     let mut tasks = Vec::with_capacity(lengths.len() * heads);
     let mut offset = 0;
     for &len in lengths {
         if len > 0 {
-            tasks.extend((0..heads).map(|head| (offset, len, head)));
+            let per = block_rows(len, whole);
+            for head in 0..heads {
+                tasks.extend((0..len).step_by(per).map(|r| Task { offset, len, head, rows: r..(r + per).min(len) }));
+            }
         }
         offset += len;
     }
     tasks
 }
 
+/// The keys query `row` of a sequence of `len` sees: all, up to itself when `causal`, within
+/// `window` positions of it when sliding.
+#[inline]
+fn keys_of(row: usize, len: usize, causal: bool, window: Option<usize>) -> std::ops::Range<usize> {
+    let mut end = if causal { (row + 1).min(len) } else { len };
+    let mut start = 0;
+    if let Some(w) = window {
+        start = row.saturating_sub(w).min(end);
+        end = end.min(row.saturating_add(w).saturating_add(1));
+    }
+    start..end
+}
+
 dispatch! {
-    /// Each row of `x` (`width` wide) plus `add`'s row, replaced by e^(x - its maximum);
-    /// `inverse_sums` gets 1 / the sum of each row (the softmax is `x * inverse_sums`, applied
-    /// after the product with V as torch's fused attention does). With `causal`, row i
-    /// covers its first i + 1 values; with a `window` w, values i - w..=i + w; the rest
-    /// become 0.
+    /// Each row i of `x` (`width` wide: the scores of query `first_row + i` against keys
+    /// `first_key..first_key + width`, where `at` is (first_row, first_key, len)) plus `add`'s row, replaced by e^(x - its maximum);
+    /// `inverse_sums` gets 1 / the sum of each row (the softmax is `x * inverse_sums`,
+    /// applied after the product with V as torch's fused attention does). Keys the query
+    /// does not see (`keys_of` a sequence of `len`) become 0.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn unnormalized_softmax_rows(
         x: &mut [f32],
         width: usize,
+        at: (usize, usize, usize),
         add: Option<(&[f32], usize)>,
         causal: bool,
         window: Option<usize>,
         inverse_sums: &mut [f32],
     ) {
+        let (first_row, first_key, len) = at;
         if width == 0 {
             return;
         }
         for ((i, row), inv) in x.chunks_exact_mut(width).enumerate().zip(inverse_sums.iter_mut()) {
-            let mut end = if causal { (i + 1).min(width) } else { width };
-            let mut start = 0;
-            if let Some(w) = window {
-                start = i.saturating_sub(w).min(end);
-                end = end.min(i.saturating_add(w).saturating_add(1));
-            }
+            let seen = keys_of(first_row + i, len, causal, window);
+            let start = seen.start.saturating_sub(first_key).min(width);
+            let end = seen.end.saturating_sub(first_key).clamp(start, width);
             let (before, row) = row.split_at_mut(start);
             before.fill(0.0);
             let (row, masked) = row.split_at_mut(end - start);
             masked.fill(0.0);
             if let Some((add, stride)) = add {
-                for (s, a) in row.iter_mut().zip(&add[i * stride + start..]) {
+                for (s, a) in row.iter_mut().zip(&add[(first_row + i) * stride + first_key + start..]) {
                     *s += a;
                 }
             }
@@ -235,9 +279,12 @@ dispatch! {
     }
 }
 
-/// Dot-product attention of every sequence and head (`tasks`, from `attention_tasks`):
-/// `qkv` [tokens, qkv width] as `Heads` lays it out, written to `out` [tokens, heads
-/// head_dim]; in a team, chunks of the tasks.
+/// Dot-product attention of every task (`attention_tasks`, with `whole` when `term` is
+/// given): `qkv` [tokens, qkv width] as `Heads` lays it out, written to `out` [tokens,
+/// heads head_dim]; in a team, chunks of the tasks. A task holds the scores of its query
+/// rows against the keys they see only (causal and sliding masks skip the rest), so memory
+/// is linear in a sequence's length beyond 512 tokens. Interrupted
+/// (`crate::threads::interrupted`), the remaining tasks are skipped.
 ///
 /// # Safety
 /// `out` is valid for writes of [tokens, heads head_dim]; no other thread reads or writes
@@ -247,7 +294,7 @@ pub(crate) unsafe fn attention(
     qkv: &[f32],
     shape: Heads,
     lengths: &[usize],
-    tasks: &[(usize, usize, usize)],
+    tasks: &[Task],
     bias: Option<&AttentionBias>,
     term: Option<(&dyn ScoreTerm, usize)>,
     out: Buf,
@@ -265,29 +312,39 @@ pub(crate) unsafe fn attention(
         let longest = lengths.iter().copied().max().unwrap_or(0);
         assert!(b.size >= longest && b.values.len() == shape.heads * b.size * b.size, "bias size");
     }
-    let task = |&(offset, len, head): &(usize, usize, usize)| {
+    let task = |t: &Task| {
+        let Task { offset, len, head, ref rows } = *t;
+        assert!(offset + len <= tokens && rows.end <= len && head < shape.heads, "attention task");
+        assert!(term.is_none() || *rows == (0..len), "a score term takes whole heads");
+        if rows.is_empty() || crate::threads::interrupted() {
+            return;
+        }
+        // The keys any of the rows sees.
+        let (first, last) = (keys_of(rows.start, len, shape.causal, shape.window), keys_of(rows.end - 1, len, shape.causal, shape.window));
+        let keys = first.start.min(last.start)..first.end.max(last.end);
+        let (m, n) = (rows.len(), keys.len());
         SCORES.with_borrow_mut(|(scores, inverse_sums)| {
             scores.clear();
-            scores.resize(len * len, 0.0);
+            scores.resize(m * n, 0.0);
             inverse_sums.clear();
-            inverse_sums.resize(len, 0.0);
+            inverse_sums.resize(m, 0.0);
             let kv = head / group;
-            let q = qkv[offset * stride + head * d..].as_ptr();
-            let k = qkv[offset * stride + width + kv * d..].as_ptr();
-            let v = qkv[offset * stride + width + (shape.kv_heads + kv) * d..].as_ptr();
-            // SAFETY: q, k and v address rows offset..offset + len of qkv (checked size) at
-            // row stride `stride`, columns within one head; scores is [len, len]; the context
-            // block (rows offset..offset + len, columns head d..(head + 1) d of out) belongs to
-            // this task alone.
+            let q = qkv[(offset + rows.start) * stride + head * d..].as_ptr();
+            let k = qkv[(offset + keys.start) * stride + width + kv * d..].as_ptr();
+            let v = qkv[(offset + keys.start) * stride + width + (shape.kv_heads + kv) * d..].as_ptr();
+            // SAFETY: q addresses rows offset + rows of qkv, k and v rows offset + keys
+            // (within the sequence, so within qkv: checked sizes) at row stride `stride`,
+            // columns within one head; scores is [m, n]; the context block (rows offset +
+            // rows, columns head d..(head + 1) d of out) belongs to this task alone.
             unsafe {
                 // scores = scale * Q K^T
                 gemm::gemm(
-                    len,
-                    len,
+                    m,
+                    n,
                     d,
                     scores.as_mut_ptr(),
                     1,
-                    len as isize,
+                    n as isize,
                     false,
                     q,
                     1,
@@ -309,20 +366,21 @@ pub(crate) unsafe fn attention(
                 term.add(layer, head, offset, q, k, stride, len, scores);
             }
             let add = bias.map(|b| (&b.values[head * b.size * b.size..(head + 1) * b.size * b.size], b.size));
-            unnormalized_softmax_rows(scores, len, add, shape.causal, shape.window, inverse_sums);
+            let at = (rows.start, keys.start, len);
+            unnormalized_softmax_rows(scores, n, at, add, shape.causal, shape.window, inverse_sums);
             unsafe {
                 // context = P V
                 gemm::gemm(
-                    len,
+                    m,
                     d,
-                    len,
-                    out.at(offset * width + head * d),
+                    n,
+                    out.at((offset + rows.start) * width + head * d),
                     1,
                     width as isize,
                     false,
                     scores.as_ptr(),
                     1,
-                    len as isize,
+                    n as isize,
                     v,
                     1,
                     stride as isize,
@@ -335,12 +393,17 @@ pub(crate) unsafe fn attention(
                 );
             }
             for (row, inv) in inverse_sums.iter().enumerate() {
-                // SAFETY: row < len: this task's block of out, d values from column head d.
-                let out =
-                    unsafe { std::slice::from_raw_parts_mut(out.at((offset + row) * width + head * d), d) };
+                // SAFETY: row < m: this task's block of out, d values from column head d.
+                let out = unsafe {
+                    std::slice::from_raw_parts_mut(out.at((offset + rows.start + row) * width + head * d), d)
+                };
                 for v in out {
                     *v *= inv;
                 }
+            }
+            if scores.capacity() > KEEP_SCORES {
+                // A score term's whole head of a long sequence: not kept past the call.
+                *scores = Vec::new();
             }
         });
     };
@@ -354,7 +417,10 @@ pub(crate) unsafe fn attention(
     });
 }
 
+/// The most scores a thread keeps between tasks (`BLOCK_SCORES` and a bit).
+const KEEP_SCORES: usize = 1 << 19;
+
 thread_local! {
-    /// One head's attention scores and their rows' inverse sums (reused across calls).
+    /// One task's attention scores and their rows' inverse sums (reused across calls).
     static SCORES: std::cell::RefCell<(Vec<f32>, Vec<f32>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
 }

@@ -263,11 +263,26 @@ pub fn torch_product(
     if rows == 0 || outputs == 0 {
         return;
     }
-    // SAFETY: out is [rows, outputs] and x is [rows, inputs], row-major; weight is
-    // [outputs, inputs] row-major, read as the [inputs, outputs] right-hand side (column
-    // stride inputs); all of exactly those sizes (checked above); out aliases neither.
-    unsafe { torch_gemm(x, weight.as_ptr(), out.as_mut_ptr(), rows, outputs, outputs, inputs, threads) }
+    for first in (0..rows).step_by(TORCH_ROWS) {
+        if crate::threads::interrupted() {
+            return;
+        }
+        let block = TORCH_ROWS.min(rows - first);
+        // SAFETY: out is [rows, outputs] and x is [rows, inputs], row-major; weight is
+        // [outputs, inputs] row-major, read as the [inputs, outputs] right-hand side (column
+        // stride inputs); all of exactly those sizes (checked above); out aliases neither;
+        // rows first..first + block of x and out.
+        unsafe {
+            let x = &x[first * inputs..(first + block) * inputs];
+            torch_gemm(x, weight.as_ptr(), out.as_mut_ptr().add(first * outputs), block, outputs, outputs, inputs, threads)
+        }
+    }
 }
+
+/// The most rows one `gemm` call of a torch-layout product takes: a long input's product
+/// runs in blocks of these, so that an interrupt (`crate::threads::interrupted`) is seen
+/// between them.
+const TORCH_ROWS: usize = 1024;
 
 /// The `gemm` crate's product of `x` [rows, inputs] and `columns` rows of a torch-layout
 /// weight (from `weight`, row stride `inputs`) into `columns` columns of `out` (row stride
@@ -337,8 +352,18 @@ unsafe fn torch_columns(
         return;
     }
     assert!(w.len() == n * k && columns.end <= n, "weight columns");
-    // SAFETY: rows columns.start.. of w are within it (checked); out as the caller promises.
-    unsafe { torch_gemm(x, w[columns.start * k..].as_ptr(), out.add(columns.start), rows, width, n, k, 1) };
+    for first in (0..rows).step_by(TORCH_ROWS) {
+        if crate::threads::interrupted() {
+            return;
+        }
+        let block = TORCH_ROWS.min(rows - first);
+        // SAFETY: rows columns.start.. of w are within it (checked); rows first..first +
+        // block of x and out; out as the caller promises.
+        unsafe {
+            let x = &x[first * k..(first + block) * k];
+            torch_gemm(x, w[columns.start * k..].as_ptr(), out.add(first * n + columns.start), block, width, n, k, 1)
+        };
+    }
     for r in 0..rows {
         // SAFETY: this row's piece of the caller's columns.
         let piece = unsafe { std::slice::from_raw_parts_mut(out.add(r * n + columns.start), width) };

@@ -474,7 +474,7 @@ impl Stack {
         let tokens = b.x.len / h;
         let act = self.activation;
         let activation = |rows: &mut [f32]| act.apply(rows);
-        let tasks = attention_tasks(lengths, self.shape.heads);
+        let tasks = attention_tasks(lengths, self.shape.heads, call.term.is_some());
         let pre = self.position == NormPosition::Pre;
         let Heads { heads, kv_heads, head_dim, .. } = self.shape;
         let (qkv_width, width) = (self.shape.qkv_width(), self.shape.width());

@@ -50,7 +50,7 @@ fn softmax_rows_with_a_bias_match_the_definition() {
             })
             .collect();
         let mut inverse_sums = [0f32; 4];
-        unnormalized_softmax_rows(&mut x, 3, Some((&add, 4)), causal, None, &mut inverse_sums);
+        unnormalized_softmax_rows(&mut x, 3, (0, 0, 3), Some((&add, 4)), causal, None, &mut inverse_sums);
         for (i, (g, w)) in x.iter().zip(&want).enumerate() {
             let g = g * inverse_sums[i / 3];
             assert!((g - w).abs() < 1e-6, "causal {causal}: {g} vs {w}");
@@ -287,7 +287,7 @@ fn reference(s: &Setting, raws: &[Raw], x: &[f32], lengths: &[usize]) -> Vec<f32
     };
     let table = noise(BUCKETS * s.heads, 99, 1.0);
     let rotary = Rotary::new(d, 100.0);
-    let (cos, sin) = rotary.table(64);
+    let (cos, sin) = rotary.table(lengths.iter().copied().max().unwrap_or(0));
     let mut out = Vec::new();
     let mut start = 0;
     for &len in lengths {
@@ -387,11 +387,15 @@ fn reference(s: &Setting, raws: &[Raw], x: &[f32], lengths: &[usize]) -> Vec<f32
 }
 
 fn check(s: Setting) {
+    check_lengths(s, &[5, 1, 9, 3, 7, 2]);
+}
+
+/// `check` over sequences of `lengths`.
+fn check_lengths(s: Setting, lengths: &[usize]) {
     let raws: Vec<Raw> = (0..LAYERS).map(|l| raw(&s, 10 + 100 * l as u64)).collect();
-    let lengths = [5, 1, 9, 3, 7, 2];
     let tokens: usize = lengths.iter().sum();
     let x = noise(tokens * HIDDEN, 7, 1.0);
-    let want = reference(&s, &raws, &x, &lengths);
+    let want = reference(&s, &raws, &x, lengths);
     let layouts: &[bool] = if matmul::available() { &[false, true] } else { &[false] };
     for &packed in layouts {
         let st = stack(&s, &raws, packed);
@@ -402,7 +406,7 @@ fn check(s: Setting) {
         // Alone, one by one.
         let mut one = Vec::new();
         let mut at = 0;
-        for &len in &lengths {
+        for &len in lengths {
             let mut part = x[at * HIDDEN..(at + len) * HIDDEN].to_vec();
             crate::threads::run(1, || st.try_forward(&mut part, &[len])).unwrap().unwrap();
             one.extend(part);
@@ -412,7 +416,7 @@ fn check(s: Setting) {
         // One batch: groups of sequences per thread, then one team over one sequence.
         for threads in [1, 2, 3] {
             let mut batch = x.clone();
-            crate::threads::run(threads, || st.try_forward(&mut batch, &lengths)).unwrap().unwrap();
+            crate::threads::run(threads, || st.try_forward(&mut batch, lengths)).unwrap().unwrap();
             close(&batch, &format!("batch on {threads} threads"));
             let mut single = x[..lengths[0] * HIDDEN].to_vec();
             crate::threads::run(threads, || st.try_forward(&mut single, &lengths[..1])).unwrap().unwrap();
@@ -421,7 +425,7 @@ fn check(s: Setting) {
         // A team over every weight kind (torch-layout stacks otherwise fork and join).
         let mut teamed = x.clone();
         crate::threads::run(2, || {
-            let longest = 9;
+            let longest = lengths.iter().copied().max().unwrap_or(0);
             let bias = st.relative_bias.as_ref().map(|b| b.values(longest));
             let bias = bias.as_deref().map(|values| AttentionBias { values, size: longest });
             let rope = st.rotary.as_ref().map(|r| r.table(longest));
@@ -431,7 +435,7 @@ fn check(s: Setting) {
                 local_rope: None,
                 term: None,
             };
-            st.run_as(&mut teamed, &lengths, &call, 2, true)
+            st.run_as(&mut teamed, lengths, &call, 2, true)
         })
         .unwrap();
         close(&teamed, "team");
@@ -578,6 +582,44 @@ fn decoder_layers_match_plain_loops() {
             decoder: true,
         });
     }
+}
+
+#[test]
+fn long_sequences_attend_in_blocks_of_query_rows_and_match_plain_loops() {
+    // Beyond 512 tokens a head's queries run in blocks, each scoring only the keys its
+    // rows see: plain, causal, sliding (both ways), relative bias, grouped heads.
+    let lengths = [600, 3, 1100];
+    let base = Setting {
+        pre: true,
+        rms: true,
+        biased: false,
+        gated: true,
+        scaled: true,
+        causal: false,
+        rotary: true,
+        relative: false,
+        heads: 4,
+        kv_heads: 2,
+        window: None,
+        decoder: false,
+    };
+    for (causal, window, relative) in
+        [(false, None, false), (true, None, false), (true, Some(40), false), (false, Some(300), false), (false, None, true)]
+    {
+        let rotary = !relative;
+        check_lengths(Setting { causal, window, relative, rotary, ..base }, &lengths);
+    }
+    // The tasks: a block's rows cover the sequence once per head, at most BLOCK_SCORES
+    // scores each beyond 512 tokens, whole heads when asked.
+    let tasks = attention::attention_tasks(&[1100, 0, 512], 2, false);
+    for head in 0..2 {
+        let rows: Vec<_> = tasks.iter().filter(|t| t.offset == 0 && t.head == head).map(|t| t.rows.clone()).collect();
+        assert_eq!(rows.first().unwrap().start, 0);
+        assert!(rows.windows(2).all(|w| w[0].end == w[1].start) && rows.last().unwrap().end == 1100);
+        assert!(rows.len() > 1 && rows.iter().all(|r| r.len() * 1100 <= 1 << 18));
+    }
+    assert_eq!(tasks.iter().filter(|t| t.offset == 1100).count(), 2, "512 tokens: one block per head");
+    assert_eq!(attention::attention_tasks(&[1100], 3, true).len(), 3);
 }
 
 #[test]
