@@ -5,7 +5,7 @@
 
 use rayon::prelude::*;
 
-use super::math::{exp, sum};
+use super::math::{exp, exp_sum, max};
 use super::stack::{Buf, Share};
 
 /// An additive attention bias per head, [heads, size, size], read at [head, query, key]
@@ -188,20 +188,22 @@ pub(crate) struct Task {
     pub rows: std::ops::Range<usize>,
 }
 
-/// The most scores one task holds at once (its query rows by the keys they see): 1 MB, so
-/// that a sequence of up to 512 tokens is one block per head, and a longer one runs in
-/// blocks of query rows whose scores stay in L2, with memory linear in its length.
-const BLOCK_SCORES: usize = 1 << 18;
+/// The longest sequence whose heads attend whole: every query's scores against every key
+/// in one block, one pass (the reference order). Longer sequences stream (`streamed`).
+const WHOLE: usize = 512;
 
-/// The fewest query rows a block of a long sequence has (the products' tiles want some).
-const MIN_BLOCK_ROWS: usize = 16;
+/// A streamed task's query rows, and the keys it scores at a time: a [64, 512] block of
+/// scores (128 kB) and [64, head_dim] sums, so that memory is linear in the sequence's
+/// length and the block stays in L2.
+const QUERY_BLOCK: usize = 64;
+const KEY_BLOCK: usize = 512;
 
 /// The query rows per task of a sequence of `len` tokens (all of them when `whole`).
 fn block_rows(len: usize, whole: bool) -> usize {
-    if whole || len.saturating_mul(len) <= BLOCK_SCORES {
+    if whole || len <= WHOLE {
         len
     } else {
-        (BLOCK_SCORES / len).max(MIN_BLOCK_ROWS).min(len)
+        QUERY_BLOCK
     }
 }
 
@@ -268,13 +270,62 @@ dispatch! {
                     *s += a;
                 }
             }
-            // (A comparison, not f32::max, whose NaN rule keeps the loop from vectorising;
-            // a NaN score gives a NaN row either way.)
-            let max = row.iter().fold(f32::NEG_INFINITY, |m, &v| if v > m { v } else { m });
-            for s in row.iter_mut() {
-                *s = exp(*s - max);
+            // (A NaN score gives a NaN row.)
+            *inv = 1.0 / exp_sum(row, max(row));
+        }
+    }
+}
+
+dispatch! {
+    /// One key block of streamed attention (the online softmax): each row i of `x` (`width`
+    /// wide: query `first_row + i` against keys `first_key..first_key + width`, where `at` is
+    /// (first_row, first_key, len)) plus `add`'s row becomes e^(x - the row's running
+    /// maximum over every key block so far), 0 for keys the query does not see. Where the
+    /// block raises a row's maximum, its running sum and its [d] sums so far in `acc` are
+    /// scaled down to the new one. `maxes` and `sums` start at -inf and 0.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn online_softmax_rows(
+        x: &mut [f32],
+        width: usize,
+        at: (usize, usize, usize),
+        add: Option<(&[f32], usize)>,
+        causal: bool,
+        window: Option<usize>,
+        acc: &mut [f32],
+        d: usize,
+        maxes: &mut [f32],
+        sums: &mut [f32],
+    ) {
+        let (first_row, first_key, len) = at;
+        if width == 0 {
+            return;
+        }
+        for (i, row) in x.chunks_exact_mut(width).enumerate() {
+            let seen = keys_of(first_row + i, len, causal, window);
+            let start = seen.start.saturating_sub(first_key).min(width);
+            let end = seen.end.saturating_sub(first_key).clamp(start, width);
+            let (before, row) = row.split_at_mut(start);
+            before.fill(0.0);
+            let (row, masked) = row.split_at_mut(end - start);
+            masked.fill(0.0);
+            if row.is_empty() {
+                continue;
             }
-            *inv = 1.0 / sum(row);
+            if let Some((add, stride)) = add {
+                for (s, a) in row.iter_mut().zip(&add[(first_row + i) * stride + first_key + start..]) {
+                    *s += a;
+                }
+            }
+            let (old, block_max) = (maxes[i], max(row));
+            let new = if block_max > old { block_max } else { old };
+            let shrink = if old == f32::NEG_INFINITY { 0.0 } else { exp(old - new) };
+            sums[i] = sums[i] * shrink + exp_sum(row, new);
+            maxes[i] = new;
+            if shrink != 1.0 {
+                for v in &mut acc[i * d..(i + 1) * d] {
+                    *v *= shrink;
+                }
+            }
         }
     }
 }
@@ -319,93 +370,27 @@ pub(crate) unsafe fn attention(
         if rows.is_empty() || crate::threads::interrupted() {
             return;
         }
-        // The keys any of the rows sees.
-        let (first, last) = (keys_of(rows.start, len, shape.causal, shape.window), keys_of(rows.end - 1, len, shape.causal, shape.window));
-        let keys = first.start.min(last.start)..first.end.max(last.end);
-        let (m, n) = (rows.len(), keys.len());
-        SCORES.with_borrow_mut(|(scores, inverse_sums)| {
-            scores.clear();
-            scores.resize(m * n, 0.0);
-            inverse_sums.clear();
-            inverse_sums.resize(m, 0.0);
-            let kv = head / group;
-            let q = qkv[(offset + rows.start) * stride + head * d..].as_ptr();
-            let k = qkv[(offset + keys.start) * stride + width + kv * d..].as_ptr();
-            let v = qkv[(offset + keys.start) * stride + width + (shape.kv_heads + kv) * d..].as_ptr();
-            // SAFETY: q addresses rows offset + rows of qkv, k and v rows offset + keys
-            // (within the sequence, so within qkv: checked sizes) at row stride `stride`,
-            // columns within one head; scores is [m, n]; the context block (rows offset +
-            // rows, columns head d..(head + 1) d of out) belongs to this task alone.
-            unsafe {
-                // scores = scale * Q K^T
-                gemm::gemm(
-                    m,
-                    n,
-                    d,
-                    scores.as_mut_ptr(),
-                    1,
-                    n as isize,
-                    false,
-                    q,
-                    1,
-                    stride as isize,
-                    k,
-                    stride as isize,
-                    1,
-                    0.0,
-                    shape.scale,
-                    false,
-                    false,
-                    false,
-                    gemm::Parallelism::None,
-                );
-            }
-            if let Some((term, layer)) = term {
+        let kv = head / group;
+        let q = qkv[(offset + rows.start) * stride + head * d..].as_ptr();
+        let k = qkv[offset * stride + width + kv * d..].as_ptr();
+        let v = qkv[offset * stride + width + (shape.kv_heads + kv) * d..].as_ptr();
+        let add = bias.map(|b| (&b.values[head * b.size * b.size..(head + 1) * b.size * b.size], b.size));
+        // SAFETY: rows offset + rows of out exist (checked sizes).
+        let context = unsafe { out.at((offset + rows.start) * width + head * d) };
+        // SAFETY (both): q addresses rows offset + rows of qkv, k and v rows offset..offset +
+        // len (checked sizes) at row stride `stride`, columns within one head; the context
+        // block (rows offset + rows, columns head d..(head + 1) d of out) belongs to this
+        // task alone.
+        if *rows == (0..len) {
+            let term = term.map(|(term, layer)| {
                 let q = &qkv[offset * stride + head * d..];
                 let k = &qkv[offset * stride + width + kv * d..];
-                term.add(layer, head, offset, q, k, stride, len, scores);
-            }
-            let add = bias.map(|b| (&b.values[head * b.size * b.size..(head + 1) * b.size * b.size], b.size));
-            let at = (rows.start, keys.start, len);
-            unnormalized_softmax_rows(scores, n, at, add, shape.causal, shape.window, inverse_sums);
-            unsafe {
-                // context = P V
-                gemm::gemm(
-                    m,
-                    d,
-                    n,
-                    out.at((offset + rows.start) * width + head * d),
-                    1,
-                    width as isize,
-                    false,
-                    scores.as_ptr(),
-                    1,
-                    n as isize,
-                    v,
-                    1,
-                    stride as isize,
-                    0.0,
-                    1.0,
-                    false,
-                    false,
-                    false,
-                    gemm::Parallelism::None,
-                );
-            }
-            for (row, inv) in inverse_sums.iter().enumerate() {
-                // SAFETY: row < m: this task's block of out, d values from column head d.
-                let out = unsafe {
-                    std::slice::from_raw_parts_mut(out.at((offset + rows.start + row) * width + head * d), d)
-                };
-                for v in out {
-                    *v *= inv;
-                }
-            }
-            if scores.capacity() > KEEP_SCORES {
-                // A score term's whole head of a long sequence: not kept past the call.
-                *scores = Vec::new();
-            }
-        });
+                move |scores: &mut [f32]| term.add(layer, head, offset, q, k, stride, len, scores)
+            });
+            unsafe { whole(shape, stride, width, len, (q, k, v), term, add, context) }
+        } else {
+            unsafe { streamed(shape, stride, width, len, rows.clone(), (q, k, v), add, context) }
+        }
     };
     share.split(tasks.len(), |part| {
         let mine = &tasks[part];
@@ -417,10 +402,167 @@ pub(crate) unsafe fn attention(
     });
 }
 
-/// The most scores a thread keeps between tasks (`BLOCK_SCORES` and a bit).
+/// One head of one sequence whole, in one pass as the reference computes it: scores =
+/// scale Q K^T (plus `term`'s and `add`'s), their unnormalized softmax, context = P V,
+/// each row scaled by 1 / its sum.
+///
+/// # Safety
+/// `q`, `k` and `v` are valid for reads of `len` rows `stride` apart, `d` values each;
+/// `context` for writes of `len` rows `width` apart, `d` values each, this thread's alone.
+#[allow(clippy::too_many_arguments)]
+unsafe fn whole(
+    shape: Heads,
+    stride: usize,
+    width: usize,
+    len: usize,
+    (q, k, v): (*const f32, *const f32, *const f32),
+    term: Option<impl Fn(&mut [f32])>,
+    add: Option<(&[f32], usize)>,
+    context: *mut f32,
+) {
+    let d = shape.head_dim;
+    SCORES.with_borrow_mut(|Scratch { scores, maxes: inverse_sums, .. }| {
+        scores.clear();
+        scores.resize(len * len, 0.0);
+        inverse_sums.clear();
+        inverse_sums.resize(len, 0.0);
+        unsafe {
+            // scores = scale * Q K^T
+            product(len, len, d, scores.as_mut_ptr(), len, (q, stride), (k, stride, 1), shape.scale, false);
+        }
+        if let Some(term) = term {
+            term(scores);
+        }
+        unnormalized_softmax_rows(scores, len, (0, 0, len), add, shape.causal, shape.window, inverse_sums);
+        unsafe {
+            // context = P V
+            product(len, d, len, context, width, (scores.as_ptr(), len), (v, 1, stride), 1.0, false);
+            for (row, inv) in inverse_sums.iter().enumerate() {
+                for x in std::slice::from_raw_parts_mut(context.add(row * width), d) {
+                    *x *= inv;
+                }
+            }
+        }
+        if scores.capacity() > KEEP_SCORES {
+            // A score term's whole head of a long sequence: not kept past the call.
+            *scores = Vec::new();
+        }
+    })
+}
+
+/// Query rows `rows` of one head of a sequence of `len` tokens, streamed over blocks of
+/// the keys they see (`KEY_BLOCK` at a time, with `online_softmax_rows`): memory in
+/// [rows, KEY_BLOCK], whatever the length. Each key block's scores are the reference's;
+/// the softmax's maximum and sum are taken block by block.
+///
+/// # Safety
+/// As `whole`, for the query rows `rows` (`q` at the first of them, `context` too).
+#[allow(clippy::too_many_arguments)]
+unsafe fn streamed(
+    shape: Heads,
+    stride: usize,
+    width: usize,
+    len: usize,
+    rows: std::ops::Range<usize>,
+    (q, k, v): (*const f32, *const f32, *const f32),
+    add: Option<(&[f32], usize)>,
+    context: *mut f32,
+) {
+    let d = shape.head_dim;
+    let m = rows.len();
+    // The keys any of the rows sees.
+    let (first, last) = (keys_of(rows.start, len, shape.causal, shape.window), keys_of(rows.end - 1, len, shape.causal, shape.window));
+    let keys = first.start.min(last.start)..first.end.max(last.end);
+    SCORES.with_borrow_mut(|Scratch { scores, maxes, sums, acc }| {
+        scores.clear();
+        scores.resize(m * KEY_BLOCK, 0.0);
+        maxes.clear();
+        maxes.resize(m, f32::NEG_INFINITY);
+        sums.clear();
+        sums.resize(m, 0.0);
+        acc.clear();
+        acc.resize(m * d, 0.0);
+        for k0 in keys.clone().step_by(KEY_BLOCK) {
+            let n = KEY_BLOCK.min(keys.end - k0);
+            let scores = &mut scores[..m * n];
+            unsafe {
+                // scores = scale * Q K^T for this block of keys
+                product(m, n, d, scores.as_mut_ptr(), n, (q, stride), (k.add(k0 * stride), stride, 1), shape.scale, false);
+            }
+            let at = (rows.start, k0, len);
+            online_softmax_rows(scores, n, at, add, shape.causal, shape.window, acc, d, maxes, sums);
+            unsafe {
+                // acc += P V for this block of keys
+                product(m, d, n, acc.as_mut_ptr(), d, (scores.as_ptr(), n), (v.add(k0 * stride), 1, stride), 1.0, true);
+            }
+        }
+        for (row, (sums, sum)) in acc.chunks_exact(d.max(1)).zip(sums.iter()).enumerate() {
+            let inv = 1.0 / sum;
+            // SAFETY: row < m: this task's rows of context.
+            let out = unsafe { std::slice::from_raw_parts_mut(context.add(row * width), d) };
+            for (o, s) in out.iter_mut().zip(sums) {
+                *o = s * inv;
+            }
+        }
+    })
+}
+
+/// dst [m, n] (row stride `ld`) = `scale` lhs [m, k] rhs [k, n], plus dst when `add`, with
+/// the `gemm` crate on this thread: lhs rows (pointer, row stride) with unit column
+/// stride, rhs (pointer, column stride, row stride).
+///
+/// # Safety
+/// The pointers are valid for those reads and writes.
+#[allow(clippy::too_many_arguments)]
+unsafe fn product(
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: *mut f32,
+    ld: usize,
+    (lhs, lhs_rs): (*const f32, usize),
+    (rhs, rhs_cs, rhs_rs): (*const f32, usize, usize),
+    scale: f32,
+    add: bool,
+) {
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst,
+            1,
+            ld as isize,
+            add,
+            lhs,
+            1,
+            lhs_rs as isize,
+            rhs,
+            rhs_cs as isize,
+            rhs_rs as isize,
+            if add { 1.0 } else { 0.0 },
+            scale,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        )
+    }
+}
+
+/// The most scores a thread keeps between tasks: a whole head of `WHOLE` tokens, and more.
 const KEEP_SCORES: usize = 1 << 19;
 
+/// A task's buffers, reused across tasks and calls on a thread: its scores; per query row
+/// the running maximum (`whole`: the inverse sum) and sum; the streamed rows' [rows, d] sums.
+#[derive(Default)]
+struct Scratch {
+    scores: Vec<f32>,
+    maxes: Vec<f32>,
+    sums: Vec<f32>,
+    acc: Vec<f32>,
+}
+
 thread_local! {
-    /// One task's attention scores and their rows' inverse sums (reused across calls).
-    static SCORES: std::cell::RefCell<(Vec<f32>, Vec<f32>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+    static SCORES: std::cell::RefCell<Scratch> = std::cell::RefCell::new(Scratch::default());
 }

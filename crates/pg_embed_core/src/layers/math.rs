@@ -24,6 +24,40 @@ pub(crate) fn sum(x: &[f32]) -> f32 {
     lanes.iter().sum::<f32>() + chunks.remainder().iter().sum::<f32>()
 }
 
+/// The largest value of `x` (-inf for none; NaN values are passed over), in `LANES` partial
+/// maxima so that the loop vectorises. A maximum is exact whatever the order.
+#[inline(always)]
+pub(crate) fn max(x: &[f32]) -> f32 {
+    let mut lanes = [f32::NEG_INFINITY; LANES];
+    let mut chunks = x.chunks_exact(LANES);
+    for c in &mut chunks {
+        for (l, &v) in lanes.iter_mut().zip(c) {
+            *l = if v > *l { v } else { *l };
+        }
+    }
+    let rest = chunks.remainder();
+    lanes.iter().chain(rest).fold(f32::NEG_INFINITY, |m, &v| if v > m { v } else { m })
+}
+
+/// Each value v of `x` replaced by e^(v - `max`); returns their sum, added as `sum` adds
+/// (the same partial sums, so the same result as `sum` of the replaced values).
+#[inline(always)]
+pub(crate) fn exp_sum(x: &mut [f32], max: f32) -> f32 {
+    let mut lanes = [0f32; LANES];
+    let mut chunks = x.chunks_exact_mut(LANES);
+    for c in &mut chunks {
+        for (l, v) in lanes.iter_mut().zip(c) {
+            *v = exp(*v - max);
+            *l += *v;
+        }
+    }
+    let rest = chunks.into_remainder();
+    for v in rest.iter_mut() {
+        *v = exp(*v - max);
+    }
+    lanes.iter().sum::<f32>() + rest.iter().sum::<f32>()
+}
+
 /// The sum of (v - center)^2 over `x` in `LANES` partial sums.
 #[inline(always)]
 pub(crate) fn sum_squares(x: &[f32], center: f32) -> f32 {

@@ -435,3 +435,90 @@ mod pieces {
         assert!(encode_in_pieces(&t, false, "a b c", 1).unwrap().is_none());
     }
 }
+
+/// `read_tokenizer` against tokenizers' own reader (`Tokenizer::from_bytes`), on every
+/// tokenizer.json of the fixtures and the real model: the same tokenizer (its JSON as the
+/// library writes it) and the same encodings, special tokens and pairs included.
+mod reading {
+    use std::path::{Path, PathBuf};
+
+    use tokenizers::Tokenizer;
+
+    use crate::pipeline::text::read_tokenizer;
+
+    fn tokenizer_files(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                tokenizer_files(&path, out);
+            } else if path.file_name().is_some_and(|n| n == "tokenizer.json") {
+                out.push(path);
+            }
+        }
+    }
+
+    #[test]
+    fn tokenizers_read_as_the_library_reads_them() {
+        let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+        let mut files = Vec::new();
+        tokenizer_files(&root.join("tests/fixtures"), &mut files);
+        tokenizer_files(&root.join("models"), &mut files);
+        assert!(files.len() > 50, "{} tokenizer files", files.len());
+        let texts = [
+            "",
+            "Hello, World! héllo wörld",
+            "A longer sentence, with [MASK] tokens, <s> and </s>, 123 numbers and émojis 👩‍💻.",
+            "  spaces\tand\nnewlines  ",
+            "日本語のテキスト",
+        ];
+        // No fixture has a WordLevel model: one made with the library, with added tokens.
+        let vocab = [("[UNK]", 0), ("hello", 1), ("world", 2), (",", 3), ("!", 4)];
+        let model = tokenizers::models::wordlevel::WordLevel::builder()
+            .vocab(vocab.iter().map(|(t, i)| (t.to_string(), *i)).collect())
+            .unk_token("[UNK]".into())
+            .build()
+            .unwrap();
+        let mut word_level = Tokenizer::new(model);
+        word_level.with_pre_tokenizer(Some(tokenizers::pre_tokenizers::whitespace::Whitespace {}));
+        word_level.add_special_tokens([tokenizers::AddedToken::from("[CLS]", true)]).unwrap();
+        word_level.add_tokens([tokenizers::AddedToken::from("wörld", false)]).unwrap();
+        let mut sources: Vec<(String, Vec<u8>)> =
+            files.iter().map(|f| (f.display().to_string(), std::fs::read(f).unwrap())).collect();
+        sources.push(("WordLevel".into(), word_level.to_string(false).unwrap().into_bytes()));
+        let mut kinds = std::collections::BTreeSet::new();
+        for (file, bytes) in &sources {
+            let want = Tokenizer::from_bytes(bytes).unwrap();
+            let Some(got) = read_tokenizer(bytes) else {
+                continue;
+            };
+            let got = got.unwrap_or_else(|e| panic!("{file}: {e}"));
+            assert_eq!(got.to_string(false).unwrap(), want.to_string(false).unwrap(), "{file}");
+            for text in texts {
+                for special in [false, true] {
+                    let (g, w) = (got.encode(text, special).unwrap(), want.encode(text, special).unwrap());
+                    assert_eq!((g.get_ids(), g.get_offsets()), (w.get_ids(), w.get_offsets()), "{file}: {text:?}");
+                    if let (Ok(g), Ok(w)) = (got.encode((text, "second"), special), want.encode((text, "second"), special)) {
+                        assert_eq!(g.get_ids(), w.get_ids(), "{file}: pair {text:?}");
+                    }
+                }
+            }
+            let value: serde_json::Value = serde_json::from_slice(bytes).unwrap();
+            kinds.insert(value["model"]["type"].as_str().unwrap_or("none").to_string());
+        }
+        // Every model kind the reader reads was compared.
+        for kind in ["BPE", "WordPiece", "Unigram", "WordLevel"] {
+            assert!(kinds.contains(kind), "no {kind} tokenizer among {kinds:?}");
+        }
+    }
+
+    #[test]
+    fn what_the_reader_does_not_read_goes_to_the_library() {
+        // A model without "type" (the oldest files): None, so the library reads it.
+        assert!(read_tokenizer(br#"{"model": {"vocab": {"a": 0}, "unk_token": "a"}}"#).is_none());
+        // A damaged part is an error, as it is for the library.
+        let bad = br#"{"version": "1.0", "model": {"type": "WordLevel", "vocab": {"a": 0}, "unk_token": "a"}, "normalizer": {"type": "Nope"}}"#;
+        assert!(read_tokenizer(bad).unwrap().is_err() && Tokenizer::from_bytes(bad).is_err());
+        let version = br#"{"version": "2.0", "model": {"type": "WordLevel", "vocab": {"a": 0}, "unk_token": "a"}}"#;
+        assert!(read_tokenizer(version).unwrap().is_err() && Tokenizer::from_bytes(version).is_err());
+    }
+}
