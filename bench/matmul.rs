@@ -7,7 +7,7 @@
 
 use std::time::Instant;
 
-use pg_embed_core::matmul::PackedWeight;
+use pg_embed_core::kernels::float32::PackedWeight;
 
 fn main() {
     let threads: usize = std::env::args().nth(1).and_then(|t| t.parse().ok()).unwrap_or(2);
@@ -33,7 +33,7 @@ fn main() {
                 flops * reps as f64 / t0.elapsed().as_secs_f64() / 1e9
             };
             let run = |f: &mut (dyn FnMut() + Send)| pool.install(|| time(f));
-            let p = if pg_embed_core::matmul::available() {
+            let p = if pg_embed_core::kernels::float32::available() {
                 run(&mut || packed.product(&x, None, None, None, &mut out, par))
             } else {
                 f64::NAN

@@ -282,7 +282,7 @@ mod tests {
         .unwrap();
         assert_eq!(precision.as_deref(), Some("bfloat16"));
         let kernel = kernel.unwrap();
-        let want = pg_embed_core::bf16::dispatch().kernel.name();
+        let want = pg_embed_core::kernels::bf16::dispatch().kernel.name();
         assert!(kernel.starts_with(want), "{kernel} (dispatched: {want})");
         let f32_kernel = Spi::get_one::<String>("SELECT kernel FROM embed.loaded_models() WHERE name = 'f32'").unwrap();
         assert!(f32_kernel.is_some_and(|k| k.ends_with("float32")));

@@ -2,10 +2,10 @@
 //!
 //! The machines pg_embed runs on differ (AVX2 only; AVX-512 with or without AVX512-BF16;
 //! AMX on Sapphire Rapids), and each kind takes its own path: the float32 product
-//! (`matmul`'s AVX-512 panels, or torch's layout through the gemm crate), the element-wise
-//! `dispatch!` functions (AVX-512, AVX2 + FMA, or plain code) and the bfloat16 kernels
-//! (`bf16`). `PG_EMBED_CPU` caps what is used at a lower kind, so that one machine runs, and
-//! tests, the paths another kind of machine would select:
+//! (`kernels::float32`'s AVX-512 panels, or torch's layout through the gemm crate), the
+//! element-wise `dispatch!` functions (AVX-512, AVX2 + FMA, or plain code) and the bfloat16
+//! kernels (`kernels::bf16`). `PG_EMBED_CPU` caps what is used at a lower kind, so that one
+//! machine runs, and tests, the paths another kind of machine would select:
 //!
 //! | `PG_EMBED_CPU` | what is used (at most)                                  |
 //! |----------------|---------------------------------------------------------|

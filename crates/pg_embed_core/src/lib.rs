@@ -9,11 +9,10 @@ pub mod cpu;
 pub mod error;
 pub mod heads;
 pub mod hub;
-// `#[macro_use]`: its `dispatch!` macro serves the modules after it (bf16).
+// `#[macro_use]`: its `dispatch!` macro serves the modules after it (kernels).
 #[macro_use]
 pub mod layers;
-pub mod bf16;
-pub mod matmul;
+pub mod kernels;
 pub mod mlm;
 pub mod models;
 pub mod options;

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use common::*;
-use pg_embed_core::bf16::{self, Kernel};
+use pg_embed_core::kernels::bf16::{self, Kernel};
 use pg_embed_core::options::{Options, Precision};
 use pg_embed_core::pipeline::Pipeline;
 use serde::Deserialize;

@@ -136,7 +136,7 @@ fn damaged_and_foreign_files_are_rebuilt_never_trusted() {
     // A file whose weights are in the other CPU kind's layout (AVX-512 panels or torch's
     // rows, `PG_EMBED_CPU` decides which this process uses), under this file's name.
     use pg_embed_core::prepared::file;
-    let ours = pg_embed_core::matmul::layout();
+    let ours = pg_embed_core::kernels::float32::layout();
     let other = if ours == "avx512-panels32" { "torch-rows" } else { "avx512-panels32" };
     let mut header = file::peek(&path).unwrap();
     header.layout = other.into();

@@ -85,7 +85,7 @@ fn splade_matches_sentence_transformers_one_by_one_and_batched() {
         for (got, case) in small.iter().zip(cases) {
             worst = worst.max(check(got, case, "", &format!("{name}/{} (batches of 16 tokens)", case["name"])));
         }
-        if pg_embed_core::matmul::available() {
+        if pg_embed_core::kernels::float32::available() {
             assert_eq!(small, sparse(&p, &texts, None), "{name}: batching changes nothing");
         }
         eprintln!("{name}: {} cases, worst weight difference {worst:e}", cases.len());

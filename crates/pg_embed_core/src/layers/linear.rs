@@ -1,15 +1,16 @@
 //! Linear layers: x W^T (+ b), with the weight in one of several kinds ([`Weight`]).
 //!
-//! On CPUs with AVX-512F the weight is packed once, at load, for `crate::matmul`; elsewhere
-//! it stays in torch's [out, in] layout for the `gemm` crate, which packs per call (measured
-//! on all-MiniLM-L6-v2, that layout gave 1.5x faster single-sentence calls than a
+//! On CPUs with AVX-512F the weight is packed once, at load, for `crate::kernels::float32`;
+//! elsewhere it stays in torch's [out, in] layout for the `gemm` crate, which packs per call
+//! (measured on all-MiniLM-L6-v2, that layout gave 1.5x faster single-sentence calls than a
 //! pre-transposed [in, out] copy, and equal batch throughput). A model loaded with
-//! `precision: "bfloat16"` ([`with_precision`]) packs them in bfloat16 for `crate::bf16`.
+//! `precision: "bfloat16"` ([`with_precision`]) packs them in bfloat16 for
+//! `crate::kernels::bf16`.
 
 use gemm::Parallelism;
 
 use super::stack::{for_rows, Buf, Share};
-use crate::matmul;
+use crate::kernels::{bf16, float32};
 use crate::options::Precision;
 use crate::prepared::Floats;
 
@@ -44,10 +45,10 @@ const UNIT: usize = 32;
 pub enum Weight {
     /// torch's layout, [outputs, inputs] row-major, multiplied by the `gemm` crate.
     Torch(Floats),
-    /// Panels of 32 output columns for `crate::matmul` (AVX-512).
-    Packed(matmul::PackedWeight),
-    /// bfloat16 panels of 32 output columns for `crate::bf16` (precision "bfloat16").
-    Bf16(crate::bf16::Bf16Weight),
+    /// Panels of 32 output columns for `crate::kernels::float32` (AVX-512).
+    Packed(float32::PackedWeight),
+    /// bfloat16 panels of 32 output columns for `crate::kernels::bf16` (precision "bfloat16").
+    Bf16(bf16::Bf16Weight),
 }
 
 impl Weight {
@@ -55,14 +56,14 @@ impl Weight {
     /// float32 panels where the CPU has AVX-512F, else the layout as it is.
     pub fn from_torch(weight: Vec<f32>, outputs: usize, inputs: usize) -> Self {
         match PRECISION.get() {
-            Precision::Bfloat16 => Weight::Bf16(crate::bf16::Bf16Weight::pack(&weight, outputs, inputs)),
-            Precision::Float32 => Self::with_layout(weight, outputs, inputs, matmul::available()),
+            Precision::Bfloat16 => Weight::Bf16(bf16::Bf16Weight::pack(&weight, outputs, inputs)),
+            Precision::Float32 => Self::with_layout(weight, outputs, inputs, float32::available()),
         }
     }
 
     pub(crate) fn with_layout(weight: Vec<f32>, outputs: usize, inputs: usize, packed: bool) -> Self {
         if packed {
-            Weight::Packed(matmul::PackedWeight::pack(&weight, outputs, inputs))
+            Weight::Packed(float32::PackedWeight::pack(&weight, outputs, inputs))
         } else {
             Weight::Torch(weight.into())
         }
@@ -174,7 +175,7 @@ impl Linear {
         &self,
         x: &[f32],
         residual: Option<&[f32]>,
-        then: Option<&matmul::Then<'_>>,
+        then: Option<&float32::Then<'_>>,
         out: &mut [f32],
         threads: usize,
     ) {
@@ -210,7 +211,7 @@ impl Linear {
         &self,
         x: &[f32],
         residual: Option<&[f32]>,
-        then: Option<&matmul::Then<'_>>,
+        then: Option<&float32::Then<'_>>,
         out: Buf,
         share: Share,
     ) {
@@ -340,7 +341,7 @@ unsafe fn torch_columns(
     w: &[f32],
     bias: Option<&[f32]>,
     residual: Option<&[f32]>,
-    then: Option<&matmul::Then<'_>>,
+    then: Option<&float32::Then<'_>>,
     out: *mut f32,
     rows: usize,
     n: usize,

@@ -44,7 +44,7 @@ macro_rules! dispatch {
                 unsafe fn wide($($arg: $ty),*) {
                     body($($arg),*)
                 }
-                if $crate::matmul::available() {
+                if $crate::kernels::float32::available() {
                     // SAFETY: the CPU has the features `widest` is compiled for.
                     return unsafe { widest($($arg),*) };
                 }

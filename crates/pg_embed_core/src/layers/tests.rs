@@ -4,7 +4,7 @@
 
 use super::attention::unnormalized_softmax_rows;
 use super::*;
-use crate::matmul;
+use crate::kernels::float32;
 
 #[test]
 fn erf_is_within_5e_7_of_the_exact_value() {
@@ -96,7 +96,7 @@ fn linear_matches_a_plain_product() {
     let bias: Vec<f32> = (0..n).map(|i| i as f32 * 0.1).collect();
     let x: Vec<f32> = (0..rows * k).map(|i| (i as f32 * 0.11).cos()).collect();
     let residual: Vec<f32> = (0..rows * n).map(|i| i as f32).collect();
-    for packed in [false, matmul::available()] {
+    for packed in [false, float32::available()] {
         for biased in [true, false] {
             let b = biased.then(|| bias.clone());
             let layer = Linear::with_layout(weight.clone(), b, n, k, packed).unwrap();
@@ -396,7 +396,7 @@ fn check_lengths(s: Setting, lengths: &[usize]) {
     let tokens: usize = lengths.iter().sum();
     let x = noise(tokens * HIDDEN, 7, 1.0);
     let want = reference(&s, &raws, &x, lengths);
-    let layouts: &[bool] = if matmul::available() { &[false, true] } else { &[false] };
+    let layouts: &[bool] = if float32::available() { &[false, true] } else { &[false] };
     for &packed in layouts {
         let st = stack(&s, &raws, packed);
         let close = |got: &[f32], what: &str| {

@@ -10,16 +10,18 @@ use serde::Serialize;
 use tokenizers::{PostProcessor, Tokenizer};
 
 use crate::classifier::{Classifier, Problem};
-use crate::sparse::{QueryRoute, Selection, SparseVector, Splade};
 use crate::error::{Error, Result};
+use crate::kernels::{bf16, float32};
 
-use crate::models::{Batch, Modality, Pixels};
+use crate::models::{Batch, Modality};
 use crate::options::LongInput;
 use crate::pooling::{self, PoolingMode};
 use crate::processor::ImageProcessor;
 
 mod batch;
+mod images;
 mod load;
+mod sparse;
 #[cfg(test)]
 mod tests;
 pub(crate) mod text;
@@ -27,6 +29,7 @@ pub(crate) mod text;
 pub use batch::length_batches;
 pub use load::prepared_key;
 use batch::{in_batches, Packed, CALLING_THREAD};
+use sparse::SparseStage;
 use text::{encode, encode_typed, Encoded, Prompt, Text};
 
 /// What `embed.model_info` shows: the pipeline as resolved from files and options.
@@ -161,38 +164,6 @@ pub struct Pipeline {
     sharing: Sharing,
 }
 
-/// The sparse output stage: SpladePooling over the MLM head's logits, `max_terms` and
-/// `min_weight`, and an inference-free model's routes.
-pub(crate) struct SparseStage {
-    pub(crate) splade: Splade,
-    pub(crate) vocab: usize,
-    pub(crate) selection: Selection,
-    /// The query route's SparseStaticEmbedding (an inference-free model).
-    pub(crate) query: Option<QueryRoute>,
-    /// The Router's document route and default route (an inference-free model).
-    pub(crate) document_route: Option<String>,
-    pub(crate) default_route: Option<String>,
-}
-
-impl SparseStage {
-    pub(crate) fn describe(&self, head: Option<&crate::mlm::MlmHead>) -> serde_json::Value {
-        serde_json::json!({
-            "mlm_head": head.map(crate::mlm::MlmHead::describe),
-            "pooling_strategy": self.splade.strategy,
-            "activation_function": self.splade.activation,
-            "vocab_size": self.vocab,
-            "max_terms": self.selection.max_terms,
-            "min_weight": self.selection.min_weight,
-            "query_route": self.query.as_ref().map(|q| q.name.clone()),
-            "document_route": self.document_route,
-            "default_route": self.default_route,
-        })
-    }
-}
-
-/// How many consecutive tokens' logits the MLM head computes at once ([tokens, vocab]
-/// floats: 128 x 30,522 is 15.6 MB).
-const LOGIT_ROWS: usize = 128;
 /// A static model tokenizes an input longer than this in pieces of about this size
 /// (`text::encode_in_pieces`): a 10 MB input then takes tens of MB, not hundreds.
 const STATIC_PIECE_BYTES: usize = 1 << 16;
@@ -222,9 +193,9 @@ impl Pipeline {
     /// "portable"), with why a faster one is not used when that is worth saying.
     pub fn kernel(&self) -> String {
         match self.info.precision {
-            crate::options::Precision::Float32 if crate::matmul::available() => "avx512-float32".into(),
+            crate::options::Precision::Float32 if float32::available() => "avx512-float32".into(),
             crate::options::Precision::Float32 => "gemm-float32".into(),
-            crate::options::Precision::Bfloat16 => crate::bf16::dispatch().describe(),
+            crate::options::Precision::Bfloat16 => bf16::dispatch().describe(),
         }
     }
 
@@ -553,125 +524,6 @@ impl Pipeline {
             .map_err(Error::Inference)
     }
 
-    /// Images (the bytes of PNG, JPEG, WebP, GIF, BMP or TIFF files) through the image
-    /// processor and `run`, in batches of at most `max_batch_tokens` tokens (an image's
-    /// patches and [CLS] count as its tokens) on `threads` threads, `before_batch` on the
-    /// calling thread before each; images larger than `max_pixels` are refused from their
-    /// header. One result per image, in input order.
-    fn images_batched<T: Send>(
-        &self,
-        images: &[&[u8]],
-        max_pixels: u64,
-        max_batch_tokens: usize,
-        threads: usize,
-        before_batch: &mut dyn FnMut() -> Result<()>,
-        run: impl Fn(&[Pixels]) -> Result<Vec<T>> + Sync,
-    ) -> Result<Vec<T>> {
-        use rayon::prelude::*;
-        let processor = self.image_processor()?;
-        let tokens = |height: usize, width: usize| {
-            self.weights.backbone
-                .image_tokens(height, width)
-                .map_err(|reason| Error::InvalidArgument { what: "image", reason })
-        };
-        // With a fixed output size every image has the same tokens: decode batch by batch.
-        // Otherwise each image's size decides its tokens: decode all first.
-        let decoded: Option<Vec<Pixels>> = match processor.output_size() {
-            Some(_) => None,
-            None => Some(
-                images.iter().map(|bytes| processor.preprocess(bytes, max_pixels)).collect::<Result<_>>()?,
-            ),
-        };
-        let lengths: Vec<usize> = match (&decoded, processor.output_size()) {
-            (Some(all), _) => all.iter().map(|p| tokens(p.height, p.width)).collect::<Result<_>>()?,
-            (None, Some((height, width))) => vec![tokens(height, width)?; images.len()],
-            (None, None) => Vec::new(),
-        };
-        self.stats.count_call(images.len(), lengths.iter().sum());
-        in_batches(&lengths, max_batch_tokens, threads, before_batch, |batch| match &decoded {
-            Some(all) => run(&batch.iter().map(|&i| all[i].clone()).collect::<Vec<_>>()),
-            None => {
-                let pixels = batch
-                    .par_iter()
-                    .map(|&i| processor.preprocess(images[i], max_pixels))
-                    .collect::<Result<Vec<_>>>()?;
-                run(&pixels)
-            }
-        })
-    }
-
-    /// One forward pass of the backbone over preprocessed images, packed end to end (each
-    /// its [CLS] and patches), pooled with `modes`: one row per image.
-    fn pool_images(&self, pixels: &[Pixels], modes: &[PoolingMode]) -> Result<Vec<Vec<f32>>> {
-        let mut bounds = Vec::with_capacity(pixels.len() + 1);
-        bounds.push(0);
-        for p in pixels {
-            let n = self
-                .weights
-                .backbone
-                .image_tokens(p.height, p.width)
-                .map_err(|reason| Error::InvalidArgument { what: "image", reason })?;
-            bounds.push(bounds[bounds.len() - 1] + n);
-        }
-        let batch = Batch { ids: &[], type_ids: &[], bounds: &bounds, images: pixels };
-        self.pool_batch(&batch, &vec![0; pixels.len()], modes, &[])
-    }
-
-    /// Embeds images (encoded image files): one vector per image, in input order, through
-    /// the same pooling, heads and normalize as text (see `images_batched` for the batching).
-    pub fn embed_images(
-        &self,
-        images: &[&[u8]],
-        max_pixels: u64,
-        max_batch_tokens: usize,
-        threads: usize,
-        mut before_batch: impl FnMut() -> Result<()>,
-    ) -> Result<Vec<Vec<f32>>> {
-        self.dense_output("embed")?;
-        self.images_batched(images, max_pixels, max_batch_tokens, threads, &mut before_batch, |pixels| {
-            self.embed_pixels(pixels)
-        })
-    }
-
-    /// Embeds preprocessed images (`pixel_values` as the image processor gives them).
-    pub fn embed_pixels(&self, pixels: &[Pixels]) -> Result<Vec<Vec<f32>>> {
-        if pixels.is_empty() {
-            return Ok(Vec::new());
-        }
-        let pooled = self.pool_images(pixels, &self.pooling)?;
-        self.finish(pooled)
-    }
-
-    /// Raw logits [num_labels] per image of an image-classification model, in input order
-    /// (batched as `embed_images`).
-    pub fn classify_images(
-        &self,
-        images: &[&[u8]],
-        max_pixels: u64,
-        max_batch_tokens: usize,
-        threads: usize,
-        mut before_batch: impl FnMut() -> Result<()>,
-    ) -> Result<Vec<Vec<f32>>> {
-        self.classifier()?;
-        self.images_batched(images, max_pixels, max_batch_tokens, threads, &mut before_batch, |pixels| {
-            self.classify_pixels(pixels)
-        })
-    }
-
-    /// Logits of preprocessed images.
-    pub fn classify_pixels(&self, pixels: &[Pixels]) -> Result<Vec<Vec<f32>>> {
-        let classifier = self.classifier()?;
-        if pixels.is_empty() {
-            return Ok(Vec::new());
-        }
-        let pooled = self.pool_images(pixels, &[classifier.pooling()])?;
-        Ok(classifier.logits(&pooled))
-    }
-
-    /// The image processor's `pixel_values` of one image file.
-    pub fn preprocess_image(&self, image: &[u8], max_pixels: u64) -> Result<Pixels> {
-        self.image_processor()?.preprocess(image, max_pixels)
-    }
 
     /// The backbone's pooler output, one row per sequence.
     fn pooler(&self, hidden: &[f32], batch: &Batch) -> Result<Option<Vec<Vec<f32>>>> {
@@ -712,116 +564,6 @@ impl Pipeline {
             .collect())
     }
 
-    /// The sparse stage, or the error for calling `call` (a sparse call) on this model.
-    fn sparse(&self, call: &'static str) -> Result<&SparseStage> {
-        match (&self.sparse, &self.weights.classifier) {
-            (Some(sparse), _) => Ok(sparse),
-            (None, Some(_)) => Err(Error::WrongOutput { gives: "classification logits", call, instead: "classify" }),
-            (None, None) => Err(Error::WrongOutput { gives: "dense vectors", call, instead: "embed" }),
-        }
-    }
-
-    /// Sparse vectors of the inputs, in input order, as sentence-transformers' SparseEncoder
-    /// gives them, then `max_terms` and `min_weight` applied. `prompt_name`: for an
-    /// inference-free model, the Router's route ("query" is `encode_query`'s, "document"
-    /// `encode_document`'s; `None` the default route), with the prompt of that name if the
-    /// model has one; otherwise a named prompt as for `embed` (`None`: the default prompt,
-    /// `Some("")`: none). Batched as `embed_batched`.
-    pub fn embed_sparse(
-        &self,
-        texts: &[&str],
-        prompt_name: Option<&str>,
-        max_batch_tokens: usize,
-        threads: usize,
-        mut before_batch: impl FnMut() -> Result<()>,
-    ) -> Result<Vec<SparseVector>> {
-        let sparse = self.sparse("embed_sparse")?;
-        let (query, prompt) = self.route(sparse, prompt_name)?;
-        if let Some(query) = query {
-            let mut tokens = 0;
-            let out = texts
-                .iter()
-                .map(|text| {
-                    let text = match prompt {
-                        Some(p) => std::borrow::Cow::Owned(format!("{}{text}", p.text)),
-                        None => std::borrow::Cow::Borrowed(*text),
-                    };
-                    let (v, n) = query.encode(&text)?;
-                    tokens += n;
-                    Ok(v.select(&sparse.selection))
-                })
-                .collect::<Result<Vec<_>>>()?;
-            self.stats.count_call(texts.len(), tokens);
-            return Ok(out);
-        }
-        let prepared = self.prepare_prompted(texts, prompt, threads)?;
-        let encoded = &prepared.rows;
-        let lengths: Vec<usize> = encoded.iter().map(|r| r.ids.len()).collect();
-        in_batches(&lengths, max_batch_tokens, threads, &mut before_batch, |batch| {
-            let rows: Vec<&Encoded> = batch.iter().map(|&i| &encoded[i]).collect();
-            self.sparse_encoded(sparse, &rows)
-        })
-    }
-
-    /// The route and the prompt of `prompt_name` (see `embed_sparse`): the query route's
-    /// SparseStaticEmbedding, or None for the MLM side.
-    fn route<'a>(
-        &'a self,
-        sparse: &'a SparseStage,
-        prompt_name: Option<&str>,
-    ) -> Result<(Option<&'a QueryRoute>, Option<&'a Prompt>)> {
-        let routes = [sparse.query.as_ref().map(|q| q.name.as_str()), sparse.document_route.as_deref()];
-        let route_name = prompt_name.filter(|n| routes.contains(&Some(*n)));
-        let Some(route) = route_name.or(prompt_name.is_none().then_some(sparse.default_route.as_deref()).flatten())
-        else {
-            return Ok((None, self.prompt(prompt_name)?));
-        };
-        // A route's prompt, when the model names one (sentence-transformers' encode_query
-        // uses the "query" prompt if there is one).
-        let prompt = match self.text()?.prompts.get(route) {
-            Some(p) if !p.text.is_empty() => Some(p),
-            _ => None,
-        };
-        let query = sparse.query.as_ref().filter(|q| q.name == route);
-        Ok((query, prompt))
-    }
-
-    /// One batch through the backbone, the MLM head (in pieces of `LOGIT_ROWS` tokens) and
-    /// SpladePooling: one sparse vector per row.
-    fn sparse_encoded(&self, sparse: &SparseStage, rows: &[&Encoded]) -> Result<Vec<SparseVector>> {
-        let Some(head) = self.weights.mlm.as_ref() else {
-            return Err(Error::Inference("the sparse model has no MLM head".into()));
-        };
-        if rows.is_empty() {
-            return Ok(Vec::new());
-        }
-        let packed = Packed::of(rows);
-        let batch = packed.batch();
-        self.stats.forward_passes.fetch_add(1, Relaxed);
-        let hidden = self.weights.backbone.forward(&batch).map_err(Error::inference)?;
-        let h = self.hidden_size;
-        Ok((0..batch.len())
-            .map(|i| {
-                let tokens = &hidden[batch.sequence(i).start * h..batch.sequence(i).end * h];
-                let pooled = sparse.splade.pool(sparse.vocab, tokens.chunks(LOGIT_ROWS * h).map(|x| head.logits(x)));
-                SparseVector::from_dense(&pooled).select(&sparse.selection)
-            })
-            .collect())
-    }
-
-    /// The terms of an input's sparse vector (default route), best first: each vocabulary
-    /// id's token and weight, after `max_terms` and `min_weight`.
-    pub fn sparse_terms(&self, text: &str, threads: usize) -> Result<Vec<(String, f32)>> {
-        let sparse = self.sparse("embed.sparse_terms")?;
-        let (query, _) = self.route(sparse, None)?;
-        let mut vectors = self.embed_sparse(&[text], None, usize::MAX, threads, || Ok(()))?;
-        let vector = vectors.pop().ok_or_else(|| Error::Inference("no output for the input".into()))?;
-        let token = |id: u32| match query {
-            Some(q) => q.token(id),
-            None => self.text().ok().and_then(|t| t.tokenizer.id_to_token(id)),
-        };
-        Ok(vector.ranked().into_iter().map(|(id, w)| (token(id).unwrap_or_else(|| format!("[{id}]")), w)).collect())
-    }
 
     /// The classifier, for `classify`, `classify_labels` and `rerank`.
     pub fn classifier(&self) -> Result<&Classifier> {

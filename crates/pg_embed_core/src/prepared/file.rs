@@ -44,7 +44,7 @@ pub struct Header {
     pub format: u8,
     /// The pg_embed version that wrote it.
     pub pg_embed: String,
-    /// The kernels' weight layout (see `crate::matmul::layout`).
+    /// The kernels' weight layout (see `crate::kernels::float32::layout`).
     pub layout: String,
     /// The digest the file is named by (see `super::key`).
     pub key: String,
@@ -172,7 +172,7 @@ pub struct Expect<'a> {
 impl<'a> Expect<'a> {
     /// A file of `key` as this build writes it: its format, version and the kernels' layout.
     pub fn current(key: &'a str) -> Self {
-        Expect { key, layout: crate::matmul::layout() }
+        Expect { key, layout: crate::kernels::float32::layout() }
     }
 }
 

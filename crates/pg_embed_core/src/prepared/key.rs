@@ -21,7 +21,7 @@ pub fn key(files: &BTreeMap<String, String>, options: &serde_json::Value) -> Str
     let described = serde_json::json!({
         "format": super::file::FORMAT,
         "pg_embed": env!("CARGO_PKG_VERSION"),
-        "layout": crate::matmul::layout(),
+        "layout": crate::kernels::float32::layout(),
         "options": options,
         "files": files,
     });

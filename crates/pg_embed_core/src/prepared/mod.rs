@@ -214,7 +214,7 @@ impl Store {
         let template = Header {
             format: file::FORMAT,
             pg_embed: env!("CARGO_PKG_VERSION").into(),
-            layout: crate::matmul::layout().into(),
+            layout: crate::kernels::float32::layout().into(),
             key: String::new(),
             model: label.0.into(),
             source: label.1.into(),

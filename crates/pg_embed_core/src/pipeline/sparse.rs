@@ -1,0 +1,156 @@
+//! The sparse output of a pipeline (task "sparse"): SpladePooling over the MLM head's
+//! logits, or an inference-free model's query route (`embed_sparse`, `sparse_terms`).
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use super::batch::{in_batches, Packed};
+use super::text::{Encoded, Prompt};
+use super::Pipeline;
+use crate::error::{Error, Result};
+use crate::sparse::{QueryRoute, Selection, SparseVector, Splade};
+
+/// The sparse output stage: SpladePooling over the MLM head's logits, `max_terms` and
+/// `min_weight`, and an inference-free model's routes.
+pub(crate) struct SparseStage {
+    pub(crate) splade: Splade,
+    pub(crate) vocab: usize,
+    pub(crate) selection: Selection,
+    /// The query route's SparseStaticEmbedding (an inference-free model).
+    pub(crate) query: Option<QueryRoute>,
+    /// The Router's document route and default route (an inference-free model).
+    pub(crate) document_route: Option<String>,
+    pub(crate) default_route: Option<String>,
+}
+
+impl SparseStage {
+    pub(crate) fn describe(&self, head: Option<&crate::mlm::MlmHead>) -> serde_json::Value {
+        serde_json::json!({
+            "mlm_head": head.map(crate::mlm::MlmHead::describe),
+            "pooling_strategy": self.splade.strategy,
+            "activation_function": self.splade.activation,
+            "vocab_size": self.vocab,
+            "max_terms": self.selection.max_terms,
+            "min_weight": self.selection.min_weight,
+            "query_route": self.query.as_ref().map(|q| q.name.clone()),
+            "document_route": self.document_route,
+            "default_route": self.default_route,
+        })
+    }
+}
+
+/// How many consecutive tokens' logits the MLM head computes at once ([tokens, vocab]
+/// floats: 128 x 30,522 is 15.6 MB).
+const LOGIT_ROWS: usize = 128;
+
+impl Pipeline {
+    /// The sparse stage, or the error for calling `call` (a sparse call) on this model.
+    fn sparse(&self, call: &'static str) -> Result<&SparseStage> {
+        match (&self.sparse, &self.weights.classifier) {
+            (Some(sparse), _) => Ok(sparse),
+            (None, Some(_)) => Err(Error::WrongOutput { gives: "classification logits", call, instead: "classify" }),
+            (None, None) => Err(Error::WrongOutput { gives: "dense vectors", call, instead: "embed" }),
+        }
+    }
+
+    /// Sparse vectors of the inputs, in input order, as sentence-transformers' SparseEncoder
+    /// gives them, then `max_terms` and `min_weight` applied. `prompt_name`: for an
+    /// inference-free model, the Router's route ("query" is `encode_query`'s, "document"
+    /// `encode_document`'s; `None` the default route), with the prompt of that name if the
+    /// model has one; otherwise a named prompt as for `embed` (`None`: the default prompt,
+    /// `Some("")`: none). Batched as `embed_batched`.
+    pub fn embed_sparse(
+        &self,
+        texts: &[&str],
+        prompt_name: Option<&str>,
+        max_batch_tokens: usize,
+        threads: usize,
+        mut before_batch: impl FnMut() -> Result<()>,
+    ) -> Result<Vec<SparseVector>> {
+        let sparse = self.sparse("embed_sparse")?;
+        let (query, prompt) = self.route(sparse, prompt_name)?;
+        if let Some(query) = query {
+            let mut tokens = 0;
+            let out = texts
+                .iter()
+                .map(|text| {
+                    let text = match prompt {
+                        Some(p) => std::borrow::Cow::Owned(format!("{}{text}", p.text)),
+                        None => std::borrow::Cow::Borrowed(*text),
+                    };
+                    let (v, n) = query.encode(&text)?;
+                    tokens += n;
+                    Ok(v.select(&sparse.selection))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            self.stats.count_call(texts.len(), tokens);
+            return Ok(out);
+        }
+        let prepared = self.prepare_prompted(texts, prompt, threads)?;
+        let encoded = &prepared.rows;
+        let lengths: Vec<usize> = encoded.iter().map(|r| r.ids.len()).collect();
+        in_batches(&lengths, max_batch_tokens, threads, &mut before_batch, |batch| {
+            let rows: Vec<&Encoded> = batch.iter().map(|&i| &encoded[i]).collect();
+            self.sparse_encoded(sparse, &rows)
+        })
+    }
+
+    /// The route and the prompt of `prompt_name` (see `embed_sparse`): the query route's
+    /// SparseStaticEmbedding, or None for the MLM side.
+    fn route<'a>(
+        &'a self,
+        sparse: &'a SparseStage,
+        prompt_name: Option<&str>,
+    ) -> Result<(Option<&'a QueryRoute>, Option<&'a Prompt>)> {
+        let routes = [sparse.query.as_ref().map(|q| q.name.as_str()), sparse.document_route.as_deref()];
+        let route_name = prompt_name.filter(|n| routes.contains(&Some(*n)));
+        let Some(route) = route_name.or(prompt_name.is_none().then_some(sparse.default_route.as_deref()).flatten())
+        else {
+            return Ok((None, self.prompt(prompt_name)?));
+        };
+        // A route's prompt, when the model names one (sentence-transformers' encode_query
+        // uses the "query" prompt if there is one).
+        let prompt = match self.text()?.prompts.get(route) {
+            Some(p) if !p.text.is_empty() => Some(p),
+            _ => None,
+        };
+        let query = sparse.query.as_ref().filter(|q| q.name == route);
+        Ok((query, prompt))
+    }
+
+    /// One batch through the backbone, the MLM head (in pieces of `LOGIT_ROWS` tokens) and
+    /// SpladePooling: one sparse vector per row.
+    fn sparse_encoded(&self, sparse: &SparseStage, rows: &[&Encoded]) -> Result<Vec<SparseVector>> {
+        let Some(head) = self.weights.mlm.as_ref() else {
+            return Err(Error::Inference("the sparse model has no MLM head".into()));
+        };
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
+        let packed = Packed::of(rows);
+        let batch = packed.batch();
+        self.stats.forward_passes.fetch_add(1, Relaxed);
+        let hidden = self.weights.backbone.forward(&batch).map_err(Error::inference)?;
+        let h = self.hidden_size;
+        Ok((0..batch.len())
+            .map(|i| {
+                let tokens = &hidden[batch.sequence(i).start * h..batch.sequence(i).end * h];
+                let pooled = sparse.splade.pool(sparse.vocab, tokens.chunks(LOGIT_ROWS * h).map(|x| head.logits(x)));
+                SparseVector::from_dense(&pooled).select(&sparse.selection)
+            })
+            .collect())
+    }
+
+    /// The terms of an input's sparse vector (default route), best first: each vocabulary
+    /// id's token and weight, after `max_terms` and `min_weight`.
+    pub fn sparse_terms(&self, text: &str, threads: usize) -> Result<Vec<(String, f32)>> {
+        let sparse = self.sparse("embed.sparse_terms")?;
+        let (query, _) = self.route(sparse, None)?;
+        let mut vectors = self.embed_sparse(&[text], None, usize::MAX, threads, || Ok(()))?;
+        let vector = vectors.pop().ok_or_else(|| Error::Inference("no output for the input".into()))?;
+        let token = |id: u32| match query {
+            Some(q) => q.token(id),
+            None => self.text().ok().and_then(|t| t.tokenizer.id_to_token(id)),
+        };
+        Ok(vector.ranked().into_iter().map(|(id, w)| (token(id).unwrap_or_else(|| format!("[{id}]")), w)).collect())
+    }
+}
