@@ -177,7 +177,7 @@ impl QueryRoute {
     /// The SparseStaticEmbedding folder: tokenizer.json, tokenizer_config.json and the
     /// weights (`weight`, one per vocabulary id) in model.safetensors.
     pub fn load(name: &str, dir: &Path, vocab: usize) -> Result<Self> {
-        let mut tokenizer = crate::pipeline::text::load_tokenizer(&dir.join("tokenizer.json"))?;
+        let (mut tokenizer, _) = crate::pipeline::text::load_tokenizer(&dir.join("tokenizer.json"))?;
         let max_length = crate::pipeline::text::tokenizer_max_length(&dir.join("tokenizer_config.json"))?;
         tokenizer.with_padding(None);
         let truncation = max_length.map(|max_length| tokenizers::TruncationParams { max_length, ..Default::default() });

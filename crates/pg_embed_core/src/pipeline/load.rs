@@ -532,7 +532,7 @@ fn load_text(
     layout: &Layout,
     options: &Options,
 ) -> Result<(Text, usize, BTreeMap<String, String>)> {
-    let mut tokenizer = load_tokenizer(&bdir.join("tokenizer.json"))?;
+    let (mut tokenizer, largest_id) = load_tokenizer(&bdir.join("tokenizer.json"))?;
     let (pad_id, pad_file) = match tokenizer.get_padding() {
         Some(p) => (p.pad_id, "tokenizer.json"),
         None => (config.pad_token_id(), "config.json"),
@@ -607,7 +607,7 @@ fn load_text(
             format!("pad_token_id {pad_id} is not below vocab_size {}", config.vocab_size()),
         ));
     }
-    check_token_ids(&tokenizer, config.vocab_size(), &bdir.join("tokenizer.json"))?;
+    check_token_ids(&tokenizer, config.vocab_size(), largest_id, &bdir.join("tokenizer.json"))?;
     // Prompts: the model's own, then the options' (which win); "" means no prompt.
     let mut prompt_texts = layout.prompts.prompts.clone();
     prompt_texts.extend(options.prompts.clone().unwrap_or_default());
