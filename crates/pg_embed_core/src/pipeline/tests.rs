@@ -523,7 +523,7 @@ mod reading {
         assert!(read_tokenizer(bad).unwrap().is_err() && Tokenizer::from_bytes(bad).is_err());
         // A WordPiece model without one of its fields, or of another type: errors, as for the library.
         for model in [r#"{"type": "WordPiece", "unk_token": "a", "max_input_chars_per_word": 5, "vocab": {"a": 0}}"#,
-                      r##"{"type": "WordPiece", "unk_token": "a", "continuing_subword_prefix": "##", "max_input_chars_per_word": -1, "vocab": {"a": 0}}"##] {
+                      r###"{"type": "WordPiece", "unk_token": "a", "continuing_subword_prefix": "##", "max_input_chars_per_word": -1, "vocab": {"a": 0}}"###] {
             let file = format!(r#"{{"version": "1.0", "model": {model}}}"#);
             assert!(read_tokenizer(file.as_bytes()).unwrap().is_err() && Tokenizer::from_bytes(file.as_bytes()).is_err(), "{model}");
         }
