@@ -616,7 +616,7 @@ fn long_sequences_attend_in_blocks_of_query_rows_and_match_plain_loops() {
         let rows: Vec<_> = tasks.iter().filter(|t| t.offset == 0 && t.head == head).map(|t| t.rows.clone()).collect();
         assert_eq!(rows.first().unwrap().start, 0);
         assert!(rows.windows(2).all(|w| w[0].end == w[1].start) && rows.last().unwrap().end == 1100);
-        assert!(rows.len() > 1 && rows.iter().all(|r| r.len() <= 64));
+        assert!(rows.len() > 1 && rows.iter().all(|r| r.len() <= 512));
     }
     assert_eq!(tasks.iter().filter(|t| t.offset == 1100).count(), 2, "512 tokens: one block per head");
     assert_eq!(attention::attention_tasks(&[1100], 3, true).len(), 3);
