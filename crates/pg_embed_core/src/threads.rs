@@ -34,15 +34,18 @@ pub fn set_interrupt_probe(probe: fn() -> bool) {
     let _ = PROBE.set(probe);
 }
 
-/// Whether the work in progress should stop: the process's probe says so, or (on a compute
-/// thread) its pool's stop flag is set. Long loops (attention's query blocks, the
-/// products' row blocks) test it and return early, leaving their output unfinished; `run`
-/// then returns `Error::Cancelled` instead of the result, so nothing unfinished is used.
-/// A team's steps still all run (empty), so no thread waits for one that left.
+/// Whether the work in progress should stop: on a compute thread of a `run` pool, its
+/// pool's stop flag is set or the process's probe says so (elsewhere: never, so that work
+/// no `run` wraps is never cut short). Long loops (attention's tasks, the products' row
+/// blocks) test it and return early, leaving their output unfinished; `run` then returns
+/// `Error::Cancelled` instead of the result, so nothing unfinished is used. A team's steps
+/// still all run (empty), so no thread waits for one that left.
 #[inline]
 pub fn interrupted() -> bool {
-    STOP.with_borrow(|s| s.as_ref().is_some_and(|s| s.load(Ordering::Relaxed)))
-        || PROBE.get().is_some_and(|probe| probe())
+    STOP.with_borrow(|s| match s {
+        Some(stop) => stop.load(Ordering::Relaxed) || PROBE.get().is_some_and(|probe| probe()),
+        None => false,
+    })
 }
 
 /// The stop flag of this thread's pool for `threads` threads (built if need be): setting
@@ -282,6 +285,35 @@ mod tests {
         })
         .unwrap();
         assert_eq!(masks, vec![(true, true, true, false); 2]);
+    }
+
+    #[test]
+    fn the_stop_flag_reaches_every_compute_thread_and_ends_the_work_as_cancelled() {
+        use rayon::prelude::*;
+        let stop = stop_flag(2).unwrap();
+        let seen = AtomicUsize::new(0);
+        let work = || {
+            (0..8).into_par_iter().for_each(|_| {
+                if interrupted() {
+                    seen.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        };
+        stop.store(true, Ordering::Relaxed);
+        let stopped = run(2, work);
+        stop.store(false, Ordering::Relaxed);
+        assert!(matches!(stopped, Err(Error::Cancelled)), "{stopped:?}");
+        assert_eq!(seen.load(Ordering::Relaxed), 8);
+        // Cleared, the same pool works again.
+        seen.store(0, Ordering::Relaxed);
+        run(2, work).unwrap();
+        assert_eq!(seen.load(Ordering::Relaxed), 0);
+        // The flag is the pool's: another pool (another backend's) does not see it.
+        stop.store(true, Ordering::Relaxed);
+        let other = std::thread::spawn(|| run(2, || rayon::current_num_threads()).map_err(|e| e.to_string()));
+        let other = other.join().unwrap();
+        stop.store(false, Ordering::Relaxed);
+        assert_eq!(other, Ok(2));
     }
 
     #[test]

@@ -623,6 +623,45 @@ fn long_sequences_attend_in_blocks_of_query_rows_and_match_plain_loops() {
 }
 
 #[test]
+fn a_stopped_pool_skips_the_work_of_a_long_forward_pass() {
+    // With its pool's stop flag set (a cancel), a forward pass skips every product block and
+    // attention task and the call ends as cancelled; cleared, the same input computes.
+    let s = Setting {
+        pre: true,
+        rms: true,
+        biased: false,
+        gated: true,
+        scaled: true,
+        causal: true,
+        rotary: true,
+        relative: false,
+        heads: 4,
+        kv_heads: 2,
+        window: None,
+        decoder: false,
+    };
+    let raws: Vec<Raw> = (0..LAYERS).map(|l| raw(&s, 10 + 100 * l as u64)).collect();
+    let lengths = [1100];
+    let x = noise(1100 * HIDDEN, 7, 1.0);
+    let want = reference(&s, &raws, &x, &lengths);
+    for packed in [false, true].into_iter().filter(|&p| !p || crate::kernels::float32::available()) {
+        let st = stack(&s, &raws, packed);
+        let stop = crate::threads::stop_flag(2).unwrap();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let mut stopped = x.clone();
+        let result = crate::threads::run(2, || st.try_forward(&mut stopped, &lengths));
+        stop.store(false, std::sync::atomic::Ordering::Relaxed);
+        assert!(matches!(result, Err(crate::error::Error::Cancelled)), "packed {packed}");
+        let worst = stopped.iter().zip(&want).map(|(g, w)| (g - w).abs()).fold(0f32, f32::max);
+        assert!(worst > 1e-2, "packed {packed}: a stopped pass computed the layers anyway");
+        let mut done = x.clone();
+        crate::threads::run(2, || st.try_forward(&mut done, &lengths)).unwrap().unwrap();
+        let worst = done.iter().zip(&want).map(|(g, w)| (g - w).abs()).fold(0f32, f32::max);
+        assert!(worst < 2e-4, "packed {packed}: {worst}");
+    }
+}
+
+#[test]
 fn sizes_that_do_not_fit_are_errors() {
     let s = Setting {
         pre: false,
