@@ -239,6 +239,32 @@ fn keys_of(row: usize, len: usize, causal: bool, window: Option<usize>) -> std::
     start..end
 }
 
+/// The scores of one query (`at`: the query's row, the first key's column, the sequence's
+/// length) against the keys it sees, plus `add`'s row for them; its other scores set to 0.
+#[inline(always)]
+fn seen_scores<'a>(
+    row: &'a mut [f32],
+    (query, first_key, len): (usize, usize, usize),
+    add: Option<(&[f32], usize)>,
+    causal: bool,
+    window: Option<usize>,
+) -> &'a mut [f32] {
+    let width = row.len();
+    let seen = keys_of(query, len, causal, window);
+    let start = seen.start.saturating_sub(first_key).min(width);
+    let end = seen.end.saturating_sub(first_key).clamp(start, width);
+    let (before, row) = row.split_at_mut(start);
+    before.fill(0.0);
+    let (row, masked) = row.split_at_mut(end - start);
+    masked.fill(0.0);
+    if let Some((add, stride)) = add {
+        for (s, a) in row.iter_mut().zip(&add[query * stride + first_key + start..]) {
+            *s += a;
+        }
+    }
+    row
+}
+
 dispatch! {
     /// Each row i of `x` (`width` wide: the scores of query `first_row + i` against keys
     /// `first_key..first_key + width`, where `at` is (first_row, first_key, len)) plus `add`'s row, replaced by e^(x - its maximum);
@@ -260,18 +286,7 @@ dispatch! {
             return;
         }
         for ((i, row), inv) in x.chunks_exact_mut(width).enumerate().zip(inverse_sums.iter_mut()) {
-            let seen = keys_of(first_row + i, len, causal, window);
-            let start = seen.start.saturating_sub(first_key).min(width);
-            let end = seen.end.saturating_sub(first_key).clamp(start, width);
-            let (before, row) = row.split_at_mut(start);
-            before.fill(0.0);
-            let (row, masked) = row.split_at_mut(end - start);
-            masked.fill(0.0);
-            if let Some((add, stride)) = add {
-                for (s, a) in row.iter_mut().zip(&add[(first_row + i) * stride + first_key + start..]) {
-                    *s += a;
-                }
-            }
+            let row = seen_scores(row, (first_row + i, first_key, len), add, causal, window);
             // (A NaN score gives a NaN row.)
             *inv = 1.0 / exp_sum(row, max(row));
         }
@@ -303,20 +318,9 @@ dispatch! {
             return;
         }
         for (i, row) in x.chunks_exact_mut(width).enumerate() {
-            let seen = keys_of(first_row + i, len, causal, window);
-            let start = seen.start.saturating_sub(first_key).min(width);
-            let end = seen.end.saturating_sub(first_key).clamp(start, width);
-            let (before, row) = row.split_at_mut(start);
-            before.fill(0.0);
-            let (row, masked) = row.split_at_mut(end - start);
-            masked.fill(0.0);
+            let row = seen_scores(row, (first_row + i, first_key, len), add, causal, window);
             if row.is_empty() {
                 continue;
-            }
-            if let Some((add, stride)) = add {
-                for (s, a) in row.iter_mut().zip(&add[(first_row + i) * stride + first_key + start..]) {
-                    *s += a;
-                }
             }
             let (old, block_max) = (maxes[i], max(row));
             let new = if block_max > old { block_max } else { old };
