@@ -6,7 +6,9 @@
 # PyTorch CPU (bench/baselines.py), with the same thread count, in one run. Prints the CPU,
 # sentences/s at each system's best batch, single-sentence p50/p99, the ratios against the
 # issue's goals, useful GFLOP/s against the FMA peak measured in the same run, the smallest
-# cosine between the two systems' vectors, and memory after load: each bench process's RSS,
+# cosine between the two systems' vectors, the same in bfloat16 (pg_embed with
+# {"precision": "bfloat16"} against PyTorch under bfloat16 autocast, cosines to PyTorch
+# float32's vectors), and memory after load: each bench process's RSS,
 # and a PostgreSQL backend's when a server with pg_embed is running on PG_EMBED_PORT
 # (`make demo`). Writes bench/results/decoder-<commit>-<time>.json. Not part of the tests;
 # asserts nothing.
@@ -55,8 +57,13 @@ for tokens in 1024 4096; do
         "$DATA" "$CORPUS" "$THREADS" "$tokens" "$SENTENCES" "$SINGLES" "$VECTORS") >"$RUNS/rust-$tokens.json"
 done
 
-step "sentence-transformers on PyTorch ($THREADS threads)"
-"$BENCH_VENV/bin/python" "$BENCH/baselines.py" --model "$DATA" --corpus "$CORPUS" --systems st \
+# bfloat16 too: pg_embed with {"precision": "bfloat16"}, PyTorch under bfloat16 autocast.
+step "pg_embed pipeline from Rust, bfloat16 ($THREADS threads, max_batch_tokens 4096)"
+(cd "$REPO" && BENCH_OPTIONS='{"precision": "bfloat16"}' cargo run -q --release -p pg_embed_core --example bench_pipeline -- \
+    "$DATA" "$CORPUS" "$THREADS" 4096 "$SENTENCES" "$SINGLES" "$VECTORS") >"$RUNS/bf16-rust.json"
+
+step "sentence-transformers on PyTorch, float32 and bfloat16 autocast ($THREADS threads)"
+"$BENCH_VENV/bin/python" "$BENCH/baselines.py" --model "$DATA" --corpus "$CORPUS" --systems st,st_bf16 \
     --threads "$THREADS" --batch-sizes 8,16,32 --sentences "$SENTENCES" --singles "$SINGLES" --vectors "$VECTORS" \
     >"$RUNS/torch.json"
 
@@ -92,11 +99,14 @@ info "load average after: $load_after (1, 5, 15 minutes; the bench itself adds a
 commit="$(git -C "$REPO" rev-parse --short HEAD)"
 result="$OUT/decoder-$commit-$(date -u +%Y%m%dT%H%M%SZ).json"
 "$BENCH_VENV/bin/python" - "$result" "$commit" "$THREADS" "$cpu" "$flags" "$RUNS/torch.json" "$backend_json" \
-    "$load_before" "$load_after" "$RUNS"/rust-*.json <<'PY'
+    "$load_before" "$load_after" "$RUNS/bf16-rust.json" "$RUNS"/rust-*.json <<'PY'
 import json, math, sys
-path, commit, threads, cpu, flags, torch, backend, load_before, load_after = sys.argv[1:10]
-runs = [[json.loads(line) for line in open(r) if line.startswith("{")] for r in sys.argv[10:]]
-pt = next(json.loads(line) for line in open(torch) if line.startswith("{"))
+path, commit, threads, cpu, flags, torch, backend, load_before, load_after, rust16 = sys.argv[1:11]
+runs = [[json.loads(line) for line in open(r) if line.startswith("{")] for r in sys.argv[11:]]
+rs16 = next(o for o in (json.loads(line) for line in open(rust16) if line.startswith("{")) if o["system"] != "machine")
+baselines = {o["key"]: o for o in (json.loads(line) for line in open(torch) if line.startswith("{"))}
+pt16 = baselines["st_bf16"]
+pt = baselines["st"]
 backend = json.loads(backend)
 rs_runs = [next(o for o in r if o["system"] != "machine") for r in runs]
 machine = next(o for o in runs[0] if o["system"] == "machine")
@@ -132,6 +142,19 @@ for name, s in (("pg_embed pipeline (Rust)", rs), (pt["system"], pt)):
     rate = gflop * s["sentences_per_s"] / sentences
     print(f"  {name:40} {rate:7.0f} GFLOP/s ({100 * rate / peak:.0f} % of peak)")
 print(f"\nmin cosine, pg_embed vs PyTorch, first {len(cosines)} vectors of the batch run: {min(cosines):.6f}")
+
+# bfloat16: each against PyTorch's bf16 autocast; its vectors against PyTorch float32's.
+print(f"\nbfloat16 {'':31} {'sent/s':>8} {'ratio':>6} {'p50 ms':>8} {'ratio':>6} {'GFLOP/s':>8} {'min cos':>9}")
+bf16_rows = {}
+for name, s in (("pg_embed pipeline (Rust), bfloat16", rs16), (pt16["system"], pt16)):
+    rate = gflop * s["sentences_per_s"] / sentences
+    cos = min(cosine(a, b) for a, b in zip(s["vectors"], pt["vectors"]))
+    bf16_rows[name] = {"sentences_per_s_ratio": s["sentences_per_s"] / pt16["sentences_per_s"],
+                       "single_p50_ratio": s["single_p50_ms"] / pt16["single_p50_ms"], "gflops": rate,
+                       "min_cosine_to_float32": cos}
+    print(f"{name:40} {s['sentences_per_s']:8.2f} {s['sentences_per_s'] / pt16['sentences_per_s']:6.2f} "
+          f"{s['single_p50_ms']:8.1f} {s['single_p50_ms'] / pt16['single_p50_ms']:6.2f} {rate:8.0f} {cos:9.6f}")
+print("(ratios: to PyTorch bf16 autocast; goal of the issue on AMX: sentences/s >= 1.5; min cos: to PyTorch float32)")
 print("\nmemory after load (RSS, MB):")
 print(f"  pg_embed pipeline process: {rs['rss_before_load_mb']:.0f} before, {rs['rss_after_load_mb']:.0f} after load "
       f"(load {rs['load_ms']:.0f} ms), {rs['rss_after_run_mb']:.0f} after the batch run")
@@ -140,11 +163,12 @@ print(f"  PyTorch process:           {pt['rss_before_load_mb']:.0f} before, {pt[
 if backend:
     print(f"  PostgreSQL backend:        {backend['rss_before_load_mb']:.0f} before, {backend['rss_after_load_mb']:.0f} after "
           f"register_model and the first embed() ({backend['first_call_ms']:.0f} ms, dim {backend['dim']})")
-for s in rs_runs + [pt]:
+for s in rs_runs + [pt, rs16, pt16]:
     s.pop("vectors")
+    s.pop("_corpus_vectors", None)
 json.dump({"commit": commit, "threads": int(threads), "cpu": cpu, "flags": flags.split(),
            "load_average": {"before": load_before, "after": load_after}, "machine": machine,
-           "systems": rs_runs + [pt], "backend": backend, "ratios": ratios, "min_cosine": min(cosines),
-           "cosines": cosines}, open(path, "w"), indent=1)
+           "systems": rs_runs + [pt, rs16, pt16], "backend": backend, "ratios": ratios, "min_cosine": min(cosines),
+           "cosines": cosines, "bfloat16": bf16_rows}, open(path, "w"), indent=1)
 print(f"wrote {path}")
 PY

@@ -6,6 +6,8 @@
 //! cross-check against transformers. Asserts nothing.
 //!
 //!   cargo run --release --example bench_images -- MODEL_DIR IMAGES_DIR THREADS [TOKENS,TOKENS,...]
+//!
+//! BENCH_OPTIONS (env) holds the model's options as JSON, e.g. '{"precision": "bfloat16"}'.
 
 use std::path::Path;
 use std::time::Instant;
@@ -53,7 +55,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     let t0 = Instant::now();
-    let pipeline = Pipeline::load(dir, &Options::default())?;
+    // BENCH_OPTIONS: the model's options as register_model takes them, e.g. '{"precision": "bfloat16"}'.
+    let options = match std::env::var("BENCH_OPTIONS") {
+        Ok(json) if !json.is_empty() => Options::from_json_str(&json)?,
+        _ => Options::default(),
+    };
+    let pipeline = Pipeline::load(dir, &options)?;
     let load_ms = ms_since(t0);
     let embed =
         |batch: &[&[u8]], tokens: usize| pipeline.embed_images(batch, MAX_PIXELS, tokens, threads, || Ok(()));
@@ -134,7 +141,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let input_parallel_ms = ms_since(t0) / n as f64;
 
     let result = serde_json::json!({
-        "system": "pg_embed pipeline from Rust",
+        "system": format!("pg_embed pipeline from Rust, {}", options.precision.unwrap_or_default().name()),
         "images_per_s": best["images_per_s"],
         "best_max_batch_tokens": best_tokens,
         "best_batch_images": per_batch,

@@ -5,9 +5,10 @@
 # PyTorch CPU with the PIL image processor (bench/images_baseline.py), with the same thread
 # count, in one run. Prints the CPU, then images/s at each system's best batch, single-image
 # p50/p99, the ratios, the time of each stage alone (decode, preprocess, model), and the
-# smallest cosine between the two systems' vectors of the same images; writes
-# bench/results/images-<commit>-<time>.json. Self-contained (no server). Not part of the
-# tests; asserts nothing.
+# smallest cosine between the two systems' vectors of the same images. Then the same in
+# bfloat16: pg_embed with {"precision": "bfloat16"} against PyTorch under bfloat16 autocast
+# (its cosines to PyTorch float32's vectors). Writes bench/results/images-<commit>-<time>.json.
+# Self-contained (no server). Not part of the tests; asserts nothing.
 #
 #   bench/images.sh [threads]        (default: the machine's cores)
 #
@@ -44,16 +45,25 @@ step "transformers on PyTorch ($THREADS threads)"
 torch_json="$("$BENCH_VENV/bin/python" "$BENCH/images_baseline.py" --model "$DATA/model" --images "$DATA/images" \
     --threads "$THREADS")"
 
+step "pg_embed pipeline from Rust, bfloat16 ($THREADS threads)"
+rust_bf16_json="$(cd "$REPO" && BENCH_OPTIONS='{"precision": "bfloat16"}' cargo run -q --release -p pg_embed_core \
+    --example bench_images -- "$DATA/model" "$DATA/images" "$THREADS")"
+
+step "transformers on PyTorch, bfloat16 autocast ($THREADS threads)"
+torch_bf16_json="$("$BENCH_VENV/bin/python" "$BENCH/images_baseline.py" --model "$DATA/model" --images "$DATA/images" \
+    --threads "$THREADS" --bf16)"
+
 load_after="$(cut -d' ' -f1-3 /proc/loadavg)"
 info "load average after: $load_after (1, 5, 15 minutes; the bench itself adds about $THREADS)"
 
 commit="$(git -C "$REPO" rev-parse --short HEAD)"
 result="$OUT/images-$commit-$(date -u +%Y%m%dT%H%M%SZ).json"
 "$BENCH_VENV/bin/python" - "$result" "$commit" "$THREADS" "$cpu" "$flags" "$rust_json" "$torch_json" \
-    "$load_before" "$load_after" <<'PY'
+    "$load_before" "$load_after" "$rust_bf16_json" "$torch_bf16_json" <<'PY'
 import json, math, sys
-path, commit, threads, cpu, flags, rust, torch, load_before, load_after = sys.argv[1:10]
+path, commit, threads, cpu, flags, rust, torch, load_before, load_after, rust_bf16, torch_bf16 = sys.argv[1:12]
 rs, pt = json.loads(rust), json.loads(torch)
+rs16, pt16 = json.loads(rust_bf16), json.loads(torch_bf16)
 
 def cosine(a, b):
     dot = sum(x * y for x, y in zip(a, b))
@@ -89,10 +99,24 @@ for s in (rs, pt):
     rate = gf / (s["stages_ms_per_image"]["model_batch"] / 1000.0)
     print(f"  {s['system']:52} {rate:7.0f} GFLOP/s in the model ({100 * rate / rs['fma_peak_gflops']:.0f} % of peak)")
 print(f"\nmin cosine, pg_embed vs PyTorch, first {len(cosines)} images: {min(cosines):.6f}")
-for s in (rs, pt):
+
+# bfloat16: each against PyTorch's bf16 autocast, and its vectors against PyTorch float32's.
+print(f"\nbfloat16 {'':43} {'images/s':>9} {'ratio':>6} {'p50 ms':>8} {'ratio':>6} {'model GFLOP/s':>14} {'min cos':>9}")
+bf16_rows = {}
+for s in (rs16, pt16):
+    rate = gf / (s["stages_ms_per_image"]["model_batch"] / 1000.0)
+    cos = min(cosine(a, b) for a, b in zip(s["vectors"], pt["vectors"]))
+    bf16_rows[s["system"]] = {"images_per_s_ratio": s["images_per_s"] / pt16["images_per_s"],
+                              "single_p50_ratio": s["single_p50_ms"] / pt16["single_p50_ms"],
+                              "model_gflops": rate, "min_cosine_to_float32": cos}
+    print(f"{s['system']:52} {s['images_per_s']:9.2f} {s['images_per_s'] / pt16['images_per_s']:6.2f} "
+          f"{s['single_p50_ms']:8.1f} {s['single_p50_ms'] / pt16['single_p50_ms']:6.2f} {rate:14.0f} {cos:9.6f}")
+print("(ratios: to PyTorch bf16 autocast; goal of the issue on AMX: images/s >= 1.5; min cos: to PyTorch float32)")
+for s in (rs, pt, rs16, pt16):
     s.pop("vectors")
 json.dump({"commit": commit, "threads": int(threads), "cpu": cpu, "flags": flags.split(),
-           "load_average": {"before": load_before, "after": load_after}, "systems": [rs, pt],
-           "ratios": ratios, "min_cosine": min(cosines), "cosines": cosines}, open(path, "w"), indent=1)
+           "load_average": {"before": load_before, "after": load_after}, "systems": [rs, pt, rs16, pt16],
+           "ratios": ratios, "min_cosine": min(cosines), "cosines": cosines, "bfloat16": bf16_rows},
+          open(path, "w"), indent=1)
 print(f"wrote {path}")
 PY

@@ -9,8 +9,12 @@ Prints one JSON line: images/s of the whole set at the best batch size, single-i
 p50/p99 (one image per call), the time of each stage alone, and the vectors of the first 8
 images. Asserts nothing.
 
+With ``--bf16`` the model runs under ``torch.autocast("cpu", dtype=torch.bfloat16)`` (float32
+weights; products in bfloat16, oneDNN on CPUs with AVX512-BF16 or AMX; softmax and layer norm
+stay float32), what a PyTorch user would pick for bfloat16 on a CPU.
+
 Usage:
-    python bench/images_baseline.py --model DIR --images DIR --threads 2 [--batch-sizes 8,16,32]
+    python bench/images_baseline.py --model DIR --images DIR --threads 2 [--batch-sizes 8,16,32] [--bf16]
 """
 
 from __future__ import annotations
@@ -36,7 +40,10 @@ def main() -> int:
     ap.add_argument("--images", required=True)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--batch-sizes", default="8,16,32")
+    ap.add_argument("--bf16", action="store_true")
     args = ap.parse_args()
+
+    import contextlib
 
     import torch
     from PIL import Image
@@ -52,10 +59,13 @@ def main() -> int:
     model = ViTModel.from_pretrained(args.model).eval()
     load_ms = (time.perf_counter() - t0) * 1000
 
+    autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if args.bf16 else contextlib.nullcontext
+
     def embed(batch):
         images = [Image.open(io.BytesIO(b)) for b in batch]
         pixel_values = processor(images=images, return_tensors="pt")["pixel_values"]
-        return model(pixel_values=pixel_values).last_hidden_state[:, 0]
+        with autocast():
+            return model(pixel_values=pixel_values).last_hidden_state[:, 0].float()
 
     with torch.inference_mode():
         embed(files[:CHECKED])  # warm-up
@@ -92,18 +102,19 @@ def main() -> int:
         preprocess_ms = (time.perf_counter() - t0) * 1000 / n
         bs = best["batch_size"]
         batches = [torch.cat(pixels[i:i + bs]) for i in range(0, n, bs)]
-        model(pixel_values=batches[0])
-        t0 = time.perf_counter()
-        for p in batches:
-            model(pixel_values=p).last_hidden_state[:, 0]
-        model_batch_ms = (time.perf_counter() - t0) * 1000 / n
-        t0 = time.perf_counter()
-        for p in pixels:
-            model(pixel_values=p).last_hidden_state[:, 0]
-        model_single_ms = (time.perf_counter() - t0) * 1000 / n
+        with autocast():
+            model(pixel_values=batches[0])
+            t0 = time.perf_counter()
+            for p in batches:
+                model(pixel_values=p).last_hidden_state[:, 0]
+            model_batch_ms = (time.perf_counter() - t0) * 1000 / n
+            t0 = time.perf_counter()
+            for p in pixels:
+                model(pixel_values=p).last_hidden_state[:, 0]
+            model_single_ms = (time.perf_counter() - t0) * 1000 / n
 
     print(json.dumps({
-        "system": "transformers ViTModel (PyTorch CPU, PIL processor)",
+        "system": "transformers ViTModel (PyTorch CPU, PIL processor)" + (", bf16 autocast" if args.bf16 else ""),
         "images_per_s": best["images_per_s"],
         "best_batch_size": best["batch_size"],
         "runs": runs,
