@@ -215,7 +215,7 @@ def bench_ort(model_dir, texts, threads, batch_sizes, singles, int8=False):
 
 SYSTEMS = {
     "st": lambda *a, vectors=0: bench_st(*a, vectors=vectors),
-    "st_bf16": lambda *a, vectors=0: bench_st(*a, bf16=True),
+    "st_bf16": lambda *a, vectors=0: bench_st(*a, vectors=vectors, bf16=True),
     "ort": lambda *a, vectors=0: bench_ort(*a),
     "ort_int8": lambda *a, vectors=0: bench_ort(*a, int8=True),
 }

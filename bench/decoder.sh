@@ -148,7 +148,7 @@ print(f"\nbfloat16 {'':31} {'sent/s':>8} {'ratio':>6} {'p50 ms':>8} {'ratio':>6}
 bf16_rows = {}
 for name, s in (("pg_embed pipeline (Rust), bfloat16", rs16), (pt16["system"], pt16)):
     rate = gflop * s["sentences_per_s"] / sentences
-    cos = min(cosine(a, b) for a, b in zip(s["vectors"], pt["vectors"]))
+    cos = min(cosine(a, b) for a, b in zip(s["vectors"], pt["vectors"]))  # the first VECTORS of the batch run
     bf16_rows[name] = {"sentences_per_s_ratio": s["sentences_per_s"] / pt16["sentences_per_s"],
                        "single_p50_ratio": s["single_p50_ms"] / pt16["single_p50_ms"], "gflops": rate,
                        "min_cosine_to_float32": cos}

@@ -146,6 +146,23 @@ struct Setting {
     decoder: bool,
 }
 
+/// Pre-norm RMSNorm, gated, causal, rotary, grouped-query heads (4 query heads on 2 K/V
+/// heads): a Qwen-like stack.
+const GROUPED: Setting = Setting {
+    pre: true,
+    rms: true,
+    biased: false,
+    gated: true,
+    scaled: true,
+    causal: true,
+    rotary: true,
+    relative: false,
+    heads: 4,
+    kv_heads: 2,
+    window: None,
+    decoder: false,
+};
+
 const HIDDEN: usize = 24;
 const HEAD_DIM: usize = 6;
 const FF: usize = 40;
@@ -511,20 +528,7 @@ fn t5_clip_and_nomic_layers_match_plain_loops() {
 
 #[test]
 fn grouped_query_heads_match_plain_loops() {
-    check(Setting {
-        pre: true,
-        rms: true,
-        biased: false,
-        gated: true,
-        scaled: true,
-        causal: true,
-        rotary: true,
-        relative: false,
-        heads: 4,
-        kv_heads: 2,
-        window: None,
-        decoder: false,
-    });
+    check(GROUPED);
     check(Setting {
         pre: false,
         rms: false,
@@ -589,20 +593,7 @@ fn long_sequences_attend_in_blocks_of_query_rows_and_match_plain_loops() {
     // Beyond 512 tokens a head's queries run in blocks, each scoring only the keys its
     // rows see: plain, causal, sliding (both ways), relative bias, grouped heads.
     let lengths = [600, 3, 1100];
-    let base = Setting {
-        pre: true,
-        rms: true,
-        biased: false,
-        gated: true,
-        scaled: true,
-        causal: false,
-        rotary: true,
-        relative: false,
-        heads: 4,
-        kv_heads: 2,
-        window: None,
-        decoder: false,
-    };
+    let base = GROUPED;
     for (causal, window, relative) in
         [(false, None, false), (true, None, false), (true, Some(40), false), (false, Some(300), false), (false, None, true)]
     {
@@ -626,20 +617,7 @@ fn long_sequences_attend_in_blocks_of_query_rows_and_match_plain_loops() {
 fn a_stopped_pool_skips_the_work_of_a_long_forward_pass() {
     // With its pool's stop flag set (a cancel), a forward pass skips every product block and
     // attention task and the call ends as cancelled; cleared, the same input computes.
-    let s = Setting {
-        pre: true,
-        rms: true,
-        biased: false,
-        gated: true,
-        scaled: true,
-        causal: true,
-        rotary: true,
-        relative: false,
-        heads: 4,
-        kv_heads: 2,
-        window: None,
-        decoder: false,
-    };
+    let s = GROUPED;
     let raws: Vec<Raw> = (0..LAYERS).map(|l| raw(&s, 10 + 100 * l as u64)).collect();
     let lengths = [1100];
     let x = noise(1100 * HIDDEN, 7, 1.0);
