@@ -42,10 +42,13 @@ pub fn set_interrupt_probe(probe: fn() -> bool) {
 /// still all run (empty), so no thread waits for one that left.
 #[inline]
 pub fn interrupted() -> bool {
-    STOP.with_borrow(|s| match s {
-        Some(stop) => stop.load(Ordering::Relaxed) || PROBE.get().is_some_and(|probe| probe()),
-        None => false,
-    })
+    STOP.with_borrow(|s| s.as_deref().is_some_and(stopped))
+}
+
+/// Whether a pool whose stop flag is `stop` should stop: the flag, or the process's probe.
+#[inline]
+fn stopped(stop: &AtomicBool) -> bool {
+    stop.load(Ordering::Relaxed) || PROBE.get().is_some_and(|probe| probe())
 }
 
 /// The stop flag of this thread's pool for `threads` threads (built if need be): setting
@@ -59,7 +62,7 @@ pub fn stop_flag(threads: usize) -> Result<std::sync::Arc<AtomicBool>> {
 pub fn run<T: Send>(threads: usize, work: impl FnOnce() -> T + Send) -> Result<T> {
     let (pool, stop) = pool(threads)?;
     let out = pool.install(work);
-    if stop.load(Ordering::Relaxed) || PROBE.get().is_some_and(|probe| probe()) {
+    if stopped(&stop) {
         return Err(Error::Cancelled);
     }
     Ok(out)

@@ -264,20 +264,10 @@ pub fn torch_product(
     if rows == 0 || outputs == 0 {
         return;
     }
-    for first in (0..rows).step_by(TORCH_ROWS) {
-        if crate::threads::interrupted() {
-            return;
-        }
-        let block = TORCH_ROWS.min(rows - first);
-        // SAFETY: out is [rows, outputs] and x is [rows, inputs], row-major; weight is
-        // [outputs, inputs] row-major, read as the [inputs, outputs] right-hand side (column
-        // stride inputs); all of exactly those sizes (checked above); out aliases neither;
-        // rows first..first + block of x and out.
-        unsafe {
-            let x = &x[first * inputs..(first + block) * inputs];
-            torch_gemm(x, weight.as_ptr(), out.as_mut_ptr().add(first * outputs), block, outputs, outputs, inputs, threads)
-        }
-    }
+    // SAFETY: out is [rows, outputs] and x is [rows, inputs], row-major; weight is
+    // [outputs, inputs] row-major, read as the [inputs, outputs] right-hand side (column
+    // stride inputs); all of exactly those sizes (checked above); out aliases neither.
+    unsafe { torch_gemm(x, weight.as_ptr(), out.as_mut_ptr(), rows, outputs, outputs, inputs, threads) }
 }
 
 /// The most rows one `gemm` call of a torch-layout product takes: a long input's product
@@ -287,7 +277,8 @@ const TORCH_ROWS: usize = 1024;
 
 /// The `gemm` crate's product of `x` [rows, inputs] and `columns` rows of a torch-layout
 /// weight (from `weight`, row stride `inputs`) into `columns` columns of `out` (row stride
-/// `ldo`).
+/// `ldo`), `TORCH_ROWS` rows at a time; interrupted (`crate::threads::interrupted`), the
+/// remaining rows are skipped.
 ///
 /// # Safety
 /// `weight` is valid for reads of [columns, inputs]; `out` for writes of `rows` rows of
@@ -304,28 +295,36 @@ unsafe fn torch_gemm(
     inputs: usize,
     threads: usize,
 ) {
-    unsafe {
-        gemm::gemm(
-            rows,
-            columns,
-            inputs,
-            out,
-            1,
-            ldo as isize,
-            false,
-            x.as_ptr(),
-            1,
-            inputs as isize,
-            weight,
-            inputs as isize,
-            1,
-            0.0,
-            1.0,
-            false,
-            false,
-            false,
-            parallelism(threads),
-        )
+    for first in (0..rows).step_by(TORCH_ROWS) {
+        if crate::threads::interrupted() {
+            return;
+        }
+        let block = TORCH_ROWS.min(rows - first);
+        // SAFETY: rows first..first + block of x (checked by the slice) and of out (as the
+        // caller promises).
+        unsafe {
+            gemm::gemm(
+                block,
+                columns,
+                inputs,
+                out.add(first * ldo),
+                1,
+                ldo as isize,
+                false,
+                x[first * inputs..(first + block) * inputs].as_ptr(),
+                1,
+                inputs as isize,
+                weight,
+                inputs as isize,
+                1,
+                0.0,
+                1.0,
+                false,
+                false,
+                false,
+                parallelism(threads),
+            )
+        }
     }
 }
 
@@ -353,18 +352,8 @@ unsafe fn torch_columns(
         return;
     }
     assert!(w.len() == n * k && columns.end <= n, "weight columns");
-    for first in (0..rows).step_by(TORCH_ROWS) {
-        if crate::threads::interrupted() {
-            return;
-        }
-        let block = TORCH_ROWS.min(rows - first);
-        // SAFETY: rows columns.start.. of w are within it (checked); rows first..first +
-        // block of x and out; out as the caller promises.
-        unsafe {
-            let x = &x[first * k..(first + block) * k];
-            torch_gemm(x, w[columns.start * k..].as_ptr(), out.add(first * n + columns.start), block, width, n, k, 1)
-        };
-    }
+    // SAFETY: rows columns.start.. of w are within it (checked); out as the caller promises.
+    unsafe { torch_gemm(x, w[columns.start * k..].as_ptr(), out.add(columns.start), rows, width, n, k, 1) };
     for r in 0..rows {
         // SAFETY: this row's piece of the caller's columns.
         let piece = unsafe { std::slice::from_raw_parts_mut(out.add(r * n + columns.start), width) };

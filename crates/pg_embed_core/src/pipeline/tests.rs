@@ -444,7 +444,12 @@ mod reading {
 
     use tokenizers::Tokenizer;
 
-    use crate::pipeline::text::{largest_model_id, read_tokenizer};
+    use crate::pipeline::text::{largest_model_id, read_tokenizer, tokenizer_parts};
+
+    /// `read_tokenizer` of a file's bytes.
+    fn read(bytes: &[u8]) -> Option<Result<Tokenizer, String>> {
+        read_tokenizer(&tokenizer_parts(bytes).expect("a JSON object"))
+    }
 
     fn tokenizer_files(dir: &Path, out: &mut Vec<PathBuf>) {
         for entry in std::fs::read_dir(dir).unwrap().flatten() {
@@ -488,7 +493,7 @@ mod reading {
         let mut kinds = std::collections::BTreeSet::new();
         for (file, bytes) in &sources {
             let want = Tokenizer::from_bytes(bytes).unwrap();
-            let Some(got) = read_tokenizer(bytes) else {
+            let Some(got) = read(bytes) else {
                 continue;
             };
             let got = got.unwrap_or_else(|e| panic!("{file}: {e}"));
@@ -504,7 +509,8 @@ mod reading {
             }
             // The largest id in the file is the model's.
             let largest = tokenizers::Model::get_vocab(want.get_model()).into_values().max();
-            assert_eq!(largest_model_id(bytes), largest, "{file}");
+            let model = tokenizer_parts(bytes).unwrap()["model"].get();
+            assert_eq!(largest_model_id(model), largest, "{file}");
             let value: serde_json::Value = serde_json::from_slice(bytes).unwrap();
             kinds.insert(value["model"]["type"].as_str().unwrap_or("none").to_string());
         }
@@ -517,17 +523,17 @@ mod reading {
     #[test]
     fn what_the_reader_does_not_read_goes_to_the_library() {
         // A model without "type" (the oldest files): None, so the library reads it.
-        assert!(read_tokenizer(br#"{"model": {"vocab": {"a": 0}, "unk_token": "a"}}"#).is_none());
+        assert!(read(br#"{"model": {"vocab": {"a": 0}, "unk_token": "a"}}"#).is_none());
         // A damaged part is an error, as it is for the library.
         let bad = br#"{"version": "1.0", "model": {"type": "WordLevel", "vocab": {"a": 0}, "unk_token": "a"}, "normalizer": {"type": "Nope"}}"#;
-        assert!(read_tokenizer(bad).unwrap().is_err() && Tokenizer::from_bytes(bad).is_err());
+        assert!(read(bad).unwrap().is_err() && Tokenizer::from_bytes(bad).is_err());
         // A WordPiece model without one of its fields, or of another type: errors, as for the library.
         for model in [r#"{"type": "WordPiece", "unk_token": "a", "max_input_chars_per_word": 5, "vocab": {"a": 0}}"#,
                       r###"{"type": "WordPiece", "unk_token": "a", "continuing_subword_prefix": "##", "max_input_chars_per_word": -1, "vocab": {"a": 0}}"###] {
             let file = format!(r#"{{"version": "1.0", "model": {model}}}"#);
-            assert!(read_tokenizer(file.as_bytes()).unwrap().is_err() && Tokenizer::from_bytes(file.as_bytes()).is_err(), "{model}");
+            assert!(read(file.as_bytes()).unwrap().is_err() && Tokenizer::from_bytes(file.as_bytes()).is_err(), "{model}");
         }
         let version = br#"{"version": "2.0", "model": {"type": "WordLevel", "vocab": {"a": 0}, "unk_token": "a"}}"#;
-        assert!(read_tokenizer(version).unwrap().is_err() && Tokenizer::from_bytes(version).is_err());
+        assert!(read(version).unwrap().is_err() && Tokenizer::from_bytes(version).is_err());
     }
 }

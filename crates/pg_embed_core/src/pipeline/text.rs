@@ -286,12 +286,12 @@ pub(super) fn check_token_ids(tokenizer: &Tokenizer, vocab_size: usize, largest:
     }
 }
 
-/// The largest id of the model's vocabulary in a tokenizer.json, read without building
-/// anything: the largest value of its `vocab` object (WordPiece, BPE, WordLevel), or the
-/// last index of its `vocab` list (Unigram). None when the file has no such vocabulary.
-/// (A key given twice counts with both ids: the answer may be larger than the model's,
-/// never smaller.)
-pub(crate) fn largest_model_id(bytes: &[u8]) -> Option<u32> {
+/// The largest id of a model's vocabulary (`model`: the JSON of tokenizer.json's "model"),
+/// read without building anything: the largest value of its `vocab` object (WordPiece,
+/// BPE, WordLevel), or the last index of its `vocab` list (Unigram). None when it has no
+/// such vocabulary. (A key given twice counts with both ids: the answer may be larger than
+/// the model's, never smaller.)
+pub(crate) fn largest_model_id(model: &str) -> Option<u32> {
     use serde::de::{IgnoredAny, MapAccess, SeqAccess, Visitor};
     struct Largest(Option<u32>);
     impl<'de> serde::Deserialize<'de> for Largest {
@@ -324,11 +324,14 @@ pub(crate) fn largest_model_id(bytes: &[u8]) -> Option<u32> {
     struct Model {
         vocab: Option<Largest>,
     }
-    #[derive(serde::Deserialize)]
-    struct File {
-        model: Option<Model>,
-    }
-    serde_json::from_slice::<File>(bytes).ok()?.model?.vocab?.0
+    serde_json::from_str::<Model>(model).ok()?.vocab?.0
+}
+
+/// The top-level parts of a tokenizer.json, each as its JSON (None: not a JSON object).
+pub(crate) type Parts<'a> = BTreeMap<String, &'a serde_json::value::RawValue>;
+
+pub(crate) fn tokenizer_parts(bytes: &[u8]) -> Option<Parts<'_>> {
+    serde_json::from_slice(bytes).ok()
 }
 
 /// The tokenizer of a tokenizer.json, and the largest id of its model's vocabulary when
@@ -338,11 +341,13 @@ pub(crate) fn load_tokenizer(path: &Path) -> Result<(Tokenizer, Option<u32>)> {
     // tokenizers panics (`expect`) on some malformed JSON, a truncated file among them:
     // the syntax is checked first.
     serde_json::from_slice::<serde::de::IgnoredAny>(&bytes).map_err(|e| Error::invalid_file(path, e))?;
-    let tokenizer = match read_tokenizer(&bytes) {
+    let parts = tokenizer_parts(&bytes);
+    let tokenizer = match parts.as_ref().and_then(read_tokenizer) {
         Some(read) => read.map_err(|e| Error::invalid_file(path, e))?,
         None => Tokenizer::from_bytes(&bytes).map_err(|e| Error::invalid_file(path, e))?,
     };
-    Ok((tokenizer, largest_model_id(&bytes)))
+    let largest = parts.as_ref().and_then(|p| p.get("model")).and_then(|model| largest_model_id(model.get()));
+    Ok((tokenizer, largest))
 }
 
 /// A WordPiece model as tokenizers' reader reads it (the same four fields, all required;
@@ -422,8 +427,7 @@ fn read_word_piece(raw: &str) -> serde_json::Result<tokenizers::models::wordpiec
 /// value), which was two thirds of a backend's first call (MiniLM's 30,522-token
 /// vocabulary: 13 ms of 19). None for what only the library reads (a model without a
 /// `"type"`, from the oldest tokenizers): the caller falls back to it.
-pub(crate) fn read_tokenizer(bytes: &[u8]) -> Option<std::result::Result<Tokenizer, String>> {
-    use serde_json::value::RawValue;
+pub(crate) fn read_tokenizer(parts: &Parts) -> Option<std::result::Result<Tokenizer, String>> {
     use tokenizers::models::{bpe::BPE, unigram::Unigram, wordlevel::WordLevel};
     use tokenizers::{AddedToken, ModelWrapper, TokenizerBuilder};
 
@@ -432,7 +436,6 @@ pub(crate) fn read_tokenizer(bytes: &[u8]) -> Option<std::result::Result<Tokeniz
         #[serde(rename = "type", borrow)]
         kind: Option<std::borrow::Cow<'a, str>>,
     }
-    let parts: BTreeMap<String, &RawValue> = serde_json::from_slice(bytes).ok()?;
     let raw = parts.get("model")?.get();
     let model = |kind: &str| -> serde_json::Result<ModelWrapper> {
         Ok(match kind {
@@ -447,7 +450,7 @@ pub(crate) fn read_tokenizer(bytes: &[u8]) -> Option<std::result::Result<Tokeniz
         _ => return None,
     };
     let read = || -> std::result::Result<Tokenizer, Box<dyn std::error::Error + Send + Sync>> {
-        fn part<T: serde::de::DeserializeOwned>(parts: &BTreeMap<String, &RawValue>, key: &str) -> serde_json::Result<Option<T>> {
+        fn part<T: serde::de::DeserializeOwned>(parts: &Parts, key: &str) -> serde_json::Result<Option<T>> {
             parts.get(key).map_or(Ok(None), |raw| serde_json::from_str(raw.get()))
         }
         if let Some(version) = part::<String>(&parts, "version")? {
