@@ -259,6 +259,12 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     PERFORM embed._may_vectorize(tbl, 'vectorize');
+    IF embed._citus_kind(tbl) IS NOT NULL THEN
+        RAISE EXCEPTION 'cannot vectorize %: it is a Citus % table', tbl, embed._citus_kind(tbl)
+            USING ERRCODE = 'feature_not_supported',
+                  HINT = 'Keep the column filled with embed.embed_trigger (citus.enable_unsafe_triggers = on), '
+                         'or fill it with embed.backfill; see the README''s "Scaling out".';
+    END IF;
     IF pg_partition_root(tbl) <> tbl THEN
         RAISE EXCEPTION 'cannot vectorize %: it is a partition of %', tbl, pg_partition_root(tbl)
             USING ERRCODE = 'feature_not_supported',

@@ -358,6 +358,11 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     PERFORM embed._check_target(tbl, model, source_column, target_column);
+    -- A Citus table: ctids repeat across its shards, so each node fills its own shards.
+    IF embed._citus_kind(tbl) IS NOT NULL THEN
+        PERFORM embed._backfill_shards(tbl, source_column, target_column, model, batch_size);
+        RETURN;
+    END IF;
     is_image := embed._source_kind(tbl, source_column) = 'image';
     writer := embed._writer(tbl, model, source_column, target_column);
     EXECUTE format('SELECT count(*) FROM %s WHERE %I IS NULL AND %I IS NOT NULL', tbl, target_column, source_column)
@@ -432,7 +437,11 @@ $$;
 CREATE FUNCTION embed._preload_on_login() RETURNS event_trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    IF coalesce(current_setting('pg_embed.preload', true), '') <> '' THEN
+    -- Not for Citus's own connections between nodes (a distributed query opens one per
+    -- shard group; most never call embed(), and one that does loads the model then).
+    IF coalesce(current_setting('pg_embed.preload', true), '') <> ''
+       AND current_setting('application_name') !~ '^citus_(internal|rebalancer|run_command) gpid='
+       AND current_setting('application_name') NOT LIKE 'citus\_shard\_%' THEN
         BEGIN
             PERFORM embed.preload();
         EXCEPTION WHEN OTHERS THEN

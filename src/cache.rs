@@ -250,6 +250,19 @@ fn key_of(store: &Store, row: &catalog::ModelRow) -> Result<String> {
     pg_embed_core::pipeline::prepared_key(store, &r.root, &r.dir, &options, r.pin.as_ref().map(|p| &p.files))
 }
 
+/// The files of a registered model's folder and their sha256, as it would load now: an
+/// `hf:` source's pinned digests (verified), a folder's as read (memoized in the store).
+pub fn file_digests(row: &catalog::ModelRow) -> Result<Vec<(String, String)>> {
+    let store = store()?;
+    let r = resolve(&row.source, row.pin.as_ref(), store.as_ref())?;
+    let files = match (r.pin, store.as_ref()) {
+        (Some(pin), _) => pin.files,
+        (None, Some(store)) => key::dir_digests(&store.dir().join("digests"), &r.root, &r.dir)?,
+        (None, None) => hub::digests(&r.root, &r.dir)?,
+    };
+    Ok(files.into_iter().collect())
+}
+
 /// The keys of the prepared files a registered model of any database of the server needs:
 /// this database's registrations, resolved now as its loads resolve them (a model whose
 /// files cannot be read now needs none), and what the other databases noted of theirs (see

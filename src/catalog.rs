@@ -237,3 +237,29 @@ pub fn database_oids() -> Result<std::collections::BTreeSet<u32>> {
     })
     .map_err(spi_err)
 }
+
+/// Carries a registration (`action` "register", with its source and options) or a drop
+/// ("drop") to every other primary of a Citus cluster when this node is its coordinator
+/// (`embed._cluster_apply`, which does nothing elsewhere): all nodes or none, an error
+/// naming the node that refused. Called after this node's own catalog write, in the same
+/// transaction, so that an error here undoes that write too.
+pub fn cluster_apply(action: &str, name: &str, source: Option<&str>, options: Option<&serde_json::Value>) -> Result<()> {
+    // SAFETY: reads the current transaction's state.
+    let in_block = unsafe { pg_sys::IsTransactionBlock() };
+    Spi::connect_mut(|client| {
+        client
+            .update(
+                "SELECT embed._cluster_apply($1, $2, $3, $4, $5)",
+                Some(1),
+                &[
+                    action.into(),
+                    name.into(),
+                    source.into(),
+                    options.map(|o| JsonB(o.clone())).into(),
+                    in_block.into(),
+                ],
+            )
+            .map(|_| ())
+    })
+    .map_err(spi_err)
+}

@@ -405,6 +405,7 @@ mod embed {
         let revision =
             catalog::upsert(name, source, &options_json, fresh.pipeline.info(), pin.as_ref(), &user)
                 .or_raise();
+        catalog::cluster_apply("register", name, Some(source), Some(&options_json)).or_raise();
         let pipeline = cache::insert(name, revision, fresh);
         remove_unneeded_files();
         describe(name, source, revision, pin.as_ref(), &pipeline)
@@ -427,8 +428,17 @@ mod embed {
         if !catalog::delete(name).or_raise() {
             raise(Error::ModelNotRegistered(name.into()));
         }
+        catalog::cluster_apply("drop", name, None, None).or_raise();
         cache::evict(name);
         remove_unneeded_files();
+    }
+
+    /// The files of a registered model's folder and the sha256 of each, as this server
+    /// reads them now (`embed.cluster_check` compares them between the nodes of a cluster).
+    #[pg_extern(volatile, strict, parallel_restricted)]
+    fn model_files(name: &str) -> TableIterator<'static, (name!(file, String), name!(sha256, String))> {
+        let row = catalog::lookup(name).or_raise();
+        TableIterator::new(cache::file_digests(&row).or_raise())
     }
 
     /// The resolved pipeline of a registered model: architecture, pooling, heads,
