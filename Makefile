@@ -10,7 +10,7 @@ SHELL := /bin/bash
 SCRIPTS := scripts
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test test-pg15 soak-vectorize package package-check bootstrap install start stop status psql fetch-model clean
+.PHONY: help demo test test-pg15 test-citus soak-vectorize package package-check bootstrap install start stop status psql fetch-model clean
 
 help: ## show this help
 	@echo "pg_embed make targets:"
@@ -24,6 +24,9 @@ test: ## run all tests on PostgreSQL 18 (core, #[pg_test]s, pg_regress, ops; one
 
 test-pg15: ## the #[pg_test]s and pg_regress on Debian's PostgreSQL 15 (apt; needs root or the packages)
 	@PG_EMBED_PG=15 $(SCRIPTS)/test.sh
+
+test-citus: install ## pg_embed on a Citus cluster: a coordinator and two workers (builds the vendored Citus once)
+	@tests/citus/run.sh
 
 soak-vectorize: ## the randomized vectorize test on many seeds (SEEDS=500 FIRST=1 STEPS=80; test server)
 	@scripts/soak_vectorize.sh

@@ -4,6 +4,7 @@
 #
 #   scripts/citus.sh build         Citus into the PostgreSQL of .venv (once; see below)
 #   scripts/citus.sh start|stop    the three nodes (ports CITUS_PORT, +1, +2; data .pg/citus-N)
+#   scripts/citus.sh add N         one more worker, node N (port CITUS_PORT + N)
 #   scripts/citus.sh psql N [...]  psql into node N (0 = the coordinator)
 #
 # Citus is a test dependency only (pg_embed never links it). `build` uses a Citus already
@@ -23,7 +24,7 @@ CITUS_NODES=3
 # The servers inherit this shell's environment: no Rust backtraces in their error messages.
 unset RUST_BACKTRACE
 
-usage() { echo "usage: $0 build|start|stop|psql N [psql args...]" >&2; exit 2; }
+usage() { echo "usage: $0 build|start|stop|add N|psql N [psql args...]" >&2; exit 2; }
 
 node_port() { echo $((CITUS_PORT + $1)); }
 node_data() { echo "$REPO/.pg/citus-$1"; }
@@ -73,34 +74,43 @@ build() {
     info "Citus installed into $libdir"
 }
 
+# start_node N: node N's server (initdb the first time), with Citus and pg_embed preloaded
+# and the citus extension made in its database.
+start_node() {
+    local n="$1"
+    node_env "$n" "$REPO/scripts/server.sh" start >/dev/null
+    # shared_preload_libraries needs a restart the first time. Three nodes share this
+    # machine's cores: one compute thread each.
+    if [ "$(node_env "$n" psql_cmd -d postgres -At -c "SHOW shared_preload_libraries")" != "citus, pg_embed" ]; then
+        node_env "$n" psql_cmd -d postgres -q -c "ALTER SYSTEM SET shared_preload_libraries = citus, pg_embed" \
+            -c "ALTER SYSTEM SET pg_embed.threads = 1"
+        node_env "$n" pg_ctl_cmd restart -w -t 60 -m fast -l "$REPO/.pg/log/citus-$n.log" >/dev/null
+    fi
+    node_env "$n" psql_cmd -d postgres -q -c "SET client_min_messages = warning" -c "CREATE EXTENSION IF NOT EXISTS citus"
+    info "node $n: 127.0.0.1:$(node_port "$n") ($( [ "$n" = 0 ] && echo coordinator || echo worker ))"
+}
+
+# add_node N: starts node N and adds it to the cluster as a worker.
+add_node() {
+    start_node "$1"
+    node_env 0 psql_cmd -d postgres -q -At \
+        -c "SELECT citus_add_node('127.0.0.1', $(node_port "$1")) WHERE NOT EXISTS
+              (SELECT FROM pg_dist_node WHERE nodeport = $(node_port "$1"))" >/dev/null
+}
+
 start() {
     require_pginstall
-    local n port
-    for n in $(seq 0 $((CITUS_NODES - 1))); do
-        node_env "$n" "$REPO/scripts/server.sh" start >/dev/null
-        port="$(node_port "$n")"
-        # shared_preload_libraries needs a restart the first time.
-        if [ "$(node_env "$n" psql_cmd -d postgres -At -c "SHOW shared_preload_libraries")" != "citus, pg_embed" ]; then
-            node_env "$n" psql_cmd -d postgres -q -c "ALTER SYSTEM SET shared_preload_libraries = citus, pg_embed" \
-                -c "ALTER SYSTEM SET max_prepared_transactions = 20" \
-                -c "ALTER SYSTEM SET pg_embed.threads = 1"
-            node_env "$n" pg_ctl_cmd restart -w -t 60 -m fast -l "$REPO/.pg/log/citus-$n.log" >/dev/null
-        fi
-        node_env "$n" psql_cmd -d postgres -q -c "SET client_min_messages = warning" -c "CREATE EXTENSION IF NOT EXISTS citus"
-        info "node $n: 127.0.0.1:$port ($( [ "$n" = 0 ] && echo coordinator || echo worker ))"
-    done
+    local n
+    start_node 0
     node_env 0 psql_cmd -d postgres -q -At -c "SELECT citus_set_coordinator_host('127.0.0.1', $CITUS_PORT)" >/dev/null
-    for n in $(seq 1 $((CITUS_NODES - 1))); do
-        node_env 0 psql_cmd -d postgres -q -At \
-            -c "SELECT citus_add_node('127.0.0.1', $(node_port "$n")) WHERE NOT EXISTS
-                  (SELECT FROM pg_dist_node WHERE nodeport = $(node_port "$n"))" >/dev/null
-    done
+    for n in $(seq 1 $((CITUS_NODES - 1))); do add_node "$n"; done
 }
 
 stop() {
-    local n
-    for n in $(seq 0 $((CITUS_NODES - 1))); do
-        if [ -d "$(node_data "$n")" ]; then node_env "$n" "$REPO/scripts/server.sh" stop >/dev/null; fi
+    local d
+    for d in "$REPO"/.pg/citus-*; do
+        [ -d "$d" ] || continue
+        node_env "${d##*-}" "$REPO/scripts/server.sh" stop >/dev/null
     done
 }
 
@@ -109,6 +119,7 @@ cmd="$1"; shift
 case "$cmd" in
     build) build ;;
     start) start ;;
+    add) [ $# -ge 1 ] || usage; add_node "$1" ;;
     stop) stop ;;
     psql)
         [ $# -ge 1 ] || usage

@@ -282,7 +282,7 @@ BEGIN
     EXECUTE 'SELECT array_agg(host ORDER BY host, port), array_agg(port ORDER BY host, port),
                     array_agg(names ORDER BY host, port), array_agg(host || '':'' || port ORDER BY host, port)
                FROM (SELECT s.nodename::text AS host, s.nodeport AS port,
-                            array_agg(s.shard_name::text ORDER BY s.shardid)::text AS names
+                            array_agg(pg_catalog.shard_name(s.table_name, s.shardid, false) ORDER BY s.shardid)::text AS names
                        FROM pg_catalog.citus_shards s WHERE s.table_name = $1
                       GROUP BY 1, 2) n'
         INTO hosts, ports, shards, nodes USING tbl;

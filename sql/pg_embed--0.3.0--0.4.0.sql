@@ -156,6 +156,12 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     PERFORM embed._may_vectorize(tbl, 'vectorize');
+    IF embed._citus_kind(tbl) IS NOT NULL THEN
+        RAISE EXCEPTION 'cannot vectorize %: it is a Citus % table', tbl, embed._citus_kind(tbl)
+            USING ERRCODE = 'feature_not_supported',
+                  HINT = 'Keep the column filled with embed.embed_trigger (citus.enable_unsafe_triggers = on), '
+                         'or fill it with embed.backfill; see the README''s "Scaling out".';
+    END IF;
     IF pg_partition_root(tbl) <> tbl THEN
         RAISE EXCEPTION 'cannot vectorize %: it is a partition of %', tbl, pg_partition_root(tbl)
             USING ERRCODE = 'feature_not_supported',
@@ -433,3 +439,511 @@ BEGIN
     END LOOP;
 END
 $$;
+
+-- 0.4.0: Citus (sql/cluster.sql): registrations for the whole cluster, backfill of
+-- distributed tables node by node, vectorize refused on Citus tables; preload skipped for
+-- Citus's own connections.
+CREATE FUNCTION embed."model_files"(
+	"name" TEXT /* & str */
+) RETURNS TABLE (
+	"file" TEXT,  /* String */
+	"sha256" TEXT  /* String */
+)
+STRICT VOLATILE PARALLEL RESTRICTED
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'model_files_wrapper';
+
+-- pg_embed on a Citus cluster. Registrations are made for the whole cluster from the
+-- coordinator: embed.register_model and embed.drop_model there carry the change to every
+-- active primary worker (embed._cluster_apply), all of them or none; embed.cluster_check()
+-- says which node's registrations differ from the coordinator's, embed.cluster_sync() makes
+-- them equal (a node added later has none). Without Citus, or on a worker, these do nothing
+-- more than the node's own registration. Citus's catalogs are read with dynamic SQL: the
+-- extension does not depend on Citus.
+
+-- What Citus makes of `rel`: 'distributed' (hash, range or append), 'reference', 'local' (a
+-- Citus local table), or NULL (a plain table, or no Citus in this database).
+CREATE FUNCTION embed._citus_kind(rel regclass)
+RETURNS text LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    kind text;
+BEGIN
+    IF to_regclass('pg_catalog.pg_dist_partition') IS NULL THEN
+        RETURN NULL;
+    END IF;
+    EXECUTE 'SELECT CASE WHEN partmethod <> ''n'' THEN ''distributed''
+                         WHEN repmodel = ''t'' THEN ''reference'' ELSE ''local'' END
+               FROM pg_catalog.pg_dist_partition WHERE logicalrelid = $1'
+        INTO kind USING rel;
+    RETURN kind;
+END
+$$;
+
+-- The active primary workers of the cluster when this node is a Citus coordinator (group
+-- 0), as host:port; none elsewhere.
+CREATE FUNCTION embed._citus_workers(OUT node text, OUT host text, OUT port integer)
+RETURNS SETOF record LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF to_regclass('pg_catalog.pg_dist_local_group') IS NULL THEN
+        RETURN;
+    END IF;
+    RETURN QUERY EXECUTE
+        'SELECT n.nodename || '':'' || n.nodeport, n.nodename::text, n.nodeport
+           FROM pg_catalog.pg_dist_node n
+          WHERE (SELECT groupid FROM pg_catalog.pg_dist_local_group) = 0
+            AND n.groupid <> 0 AND n.noderole = ''primary'' AND n.isactive
+          ORDER BY n.nodename, n.nodeport';
+END
+$$;
+
+-- Runs `command` (one statement) here and returns 'ok', or the error it raised as
+-- '<sqlstate> <message>' (what a node sends back to the coordinator, which raises it there).
+CREATE FUNCTION embed._on_node(command text)
+RETURNS text LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    EXECUTE command;
+    RETURN 'ok';
+EXCEPTION WHEN OTHERS THEN
+    RETURN SQLSTATE || ' ' || SQLERRM;
+END
+$$;
+
+-- Runs each command on its worker (commands[i] on hosts[i]:ports[i], in parallel, each in its
+-- own transaction there) and returns the one value each returned, in the same order; a node
+-- that failed or could not be reached answers '08006 <why>'. Commands that may fail are
+-- wrapped in embed._on_node, so their SQLSTATE comes back.
+CREATE FUNCTION embed._run_on_workers(hosts text[], ports integer[], commands text[])
+RETURNS text[] LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    answers text[];
+BEGIN
+    EXECUTE 'SELECT array_agg(CASE WHEN r.success THEN r.result ELSE ''08006 '' || r.result END ORDER BY i.ord)
+               FROM unnest($1, $2) WITH ORDINALITY AS i(host, port, ord)
+               JOIN pg_catalog.master_run_on_worker($1, $2, $3, true) r
+                 ON r.node_name = i.host AND r.node_port = i.port'
+        INTO answers USING hosts, ports, commands;
+    RETURN answers;
+END
+$$;
+
+-- Called by embed.register_model ('register') and embed.drop_model ('drop') after their own
+-- catalog write, in the same transaction: on a Citus coordinator, does the same on every
+-- active primary worker. If any worker refuses, the workers that had done it are put back as
+-- they were and the error is raised here, naming the node (so the coordinator's write is
+-- undone too). Refused inside a transaction block: the workers' changes commit on their own,
+-- and a later ROLLBACK here could not take them back.
+CREATE FUNCTION embed._cluster_apply(action text, name text, source text, options jsonb, in_block boolean)
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    hosts text[];
+    ports integer[];
+    nodes text[];
+    n integer;
+    before text[];
+    answers text[];
+    failed integer;
+BEGIN
+    SELECT array_agg(w.host), array_agg(w.port), array_agg(w.node), count(*) INTO hosts, ports, nodes, n
+      FROM embed._citus_workers() w;
+    IF n = 0 THEN
+        RETURN;
+    END IF;
+    IF in_block THEN
+        RAISE EXCEPTION 'embed.%_model cannot run inside a transaction block on a Citus coordinator', action
+            USING ERRCODE = 'active_sql_transaction',
+                  HINT = 'Run it on its own: it is carried to every worker node, where it commits at once.';
+    END IF;
+    -- What each worker has now, to put back if another refuses.
+    before := embed._run_on_workers(hosts, ports, array_fill(format(
+        'SELECT coalesce((SELECT jsonb_build_object(''source'', source, ''options'', options)::text
+                            FROM embed.models WHERE name = %L), ''none'')', name), ARRAY[n]));
+    failed := (SELECT min(k) FROM generate_subscripts(before, 1) k WHERE before[k] LIKE '08006 %');
+    IF failed IS NOT NULL THEN
+        RAISE EXCEPTION 'embed.%_model(%): worker node % did not answer: %', action, quote_literal(name),
+            nodes[failed], substr(before[failed], 7)
+            USING ERRCODE = 'connection_failure', HINT = 'Nothing was changed on any node.';
+    END IF;
+    answers := embed._run_on_workers(hosts, ports, array_fill(format('SELECT embed._on_node(%L)', CASE action
+        WHEN 'register' THEN format('SELECT embed.register_model(%L, %L, %L::jsonb)', name, source, options)
+        ELSE format('SELECT embed.drop_model(name) FROM embed.models WHERE name = %L', name) END), ARRAY[n]));
+    failed := (SELECT min(k) FROM generate_subscripts(answers, 1) k WHERE answers[k] <> 'ok');
+    IF failed IS NULL THEN
+        RETURN;
+    END IF;
+    -- Put back the workers that did it.
+    PERFORM embed._run_on_workers(hosts, ports, ARRAY(
+        SELECT format('SELECT embed._on_node(%L)', CASE
+                   WHEN answers[k] <> 'ok' THEN 'SELECT 1'
+                   WHEN before[k] = 'none' THEN format('SELECT embed.drop_model(%L)', name)
+                   ELSE format('SELECT embed.register_model(%L, %L, %L::jsonb)', name,
+                               before[k]::jsonb ->> 'source', before[k]::jsonb -> 'options') END)
+          FROM generate_subscripts(answers, 1) k ORDER BY k));
+    RAISE EXCEPTION 'embed.%_model(%): worker node % refused: %', action, quote_literal(name), nodes[failed],
+        substr(answers[failed], 7)
+        USING ERRCODE = left(answers[failed], 5),
+              HINT = 'Nothing was changed on any node. Fix it there (e.g. the model''s files under that node''s pg_embed.model_dir), then run it again.';
+END
+$$;
+
+-- This node's registrations as jsonb: {name: {source, options, files: {file: sha256}}}; a
+-- model whose files cannot be read now has "files_error" instead of "files".
+CREATE FUNCTION embed._registrations()
+RETURNS jsonb LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    m record;
+    result jsonb := '{}';
+    files jsonb;
+BEGIN
+    FOR m IN SELECT name, source, options FROM embed.models ORDER BY name LOOP
+        BEGIN
+            SELECT coalesce(jsonb_object_agg(f.file, f.sha256), '{}') INTO files FROM embed.model_files(m.name) f;
+            result := result || jsonb_build_object(m.name, jsonb_build_object('source', m.source, 'options', m.options, 'files', files));
+        EXCEPTION WHEN OTHERS THEN
+            result := result || jsonb_build_object(m.name, jsonb_build_object('source', m.source, 'options', m.options,
+                                                                              'files_error', SQLSTATE || ' ' || SQLERRM));
+        END;
+    END LOOP;
+    RETURN result;
+END
+$$;
+
+-- On a Citus coordinator: every difference between a worker's registrations and the
+-- coordinator's (name, source, options, the files' digests), one row each; no rows when all
+-- nodes agree. Elsewhere: no rows.
+CREATE FUNCTION embed.cluster_check(OUT node text, OUT model text, OUT difference text)
+RETURNS SETOF record LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    hosts text[];
+    ports integer[];
+    nodes text[];
+    n integer;
+    here jsonb := embed._registrations();
+    answers text[];
+    there jsonb;
+    k integer;
+    name text;
+    a jsonb;
+    b jsonb;
+BEGIN
+    SELECT array_agg(w.host), array_agg(w.port), array_agg(w.node), count(*) INTO hosts, ports, nodes, n
+      FROM embed._citus_workers() w;
+    IF n = 0 THEN
+        RETURN;
+    END IF;
+    answers := embed._run_on_workers(hosts, ports, array_fill('SELECT embed._registrations()'::text, ARRAY[n]));
+    FOR k IN 1 .. n LOOP
+        node := nodes[k];
+        IF answers[k] LIKE '08006 %' THEN
+            model := NULL; difference := 'not read: ' || substr(answers[k], 7);
+            RETURN NEXT;
+            CONTINUE;
+        END IF;
+        there := answers[k]::jsonb;
+        FOR name IN SELECT jsonb_object_keys(here) UNION SELECT jsonb_object_keys(there) ORDER BY 1 LOOP
+            model := name; a := here -> name; b := there -> name;
+            difference := CASE
+                WHEN b IS NULL THEN 'not registered on the worker'
+                WHEN a IS NULL THEN 'registered on the worker only'
+                WHEN a -> 'source' <> b -> 'source' THEN format('source: %s here, %s there', a -> 'source', b -> 'source')
+                WHEN a -> 'options' <> b -> 'options' THEN format('options: %s here, %s there', a -> 'options', b -> 'options')
+                WHEN b ? 'files_error' THEN 'files not readable there: ' || (b ->> 'files_error')
+                WHEN a ? 'files_error' THEN 'files not readable here: ' || (a ->> 'files_error')
+                WHEN a -> 'files' <> b -> 'files' THEN 'files differ: ' || (
+                    SELECT string_agg(f, ', ' ORDER BY f) FROM (
+                        SELECT jsonb_object_keys(a -> 'files') f UNION SELECT jsonb_object_keys(b -> 'files')) s
+                     WHERE (a -> 'files' -> f) IS DISTINCT FROM (b -> 'files' -> f))
+                END;
+            IF difference IS NOT NULL THEN
+                RETURN NEXT;
+            END IF;
+        END LOOP;
+    END LOOP;
+END
+$$;
+
+-- On a Citus coordinator: registers on each worker every model whose registration there is
+-- missing or differs from the coordinator's (source, options), and drops there the models
+-- the coordinator does not have; one row per change. For a node added with citus_add_node,
+-- or one that was down during a registration. Elsewhere: no rows.
+CREATE FUNCTION embed.cluster_sync(OUT node text, OUT model text, OUT action text)
+RETURNS SETOF record LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    d record;
+    w record;
+    m embed.models;
+    answer text;
+BEGIN
+    FOR d IN SELECT * FROM embed.cluster_check() c WHERE c.model IS NOT NULL ORDER BY 1, 2 LOOP
+        SELECT * INTO w FROM embed._citus_workers() x WHERE x.node = d.node;
+        SELECT * INTO m FROM embed.models x WHERE x.name = d.model;
+        node := d.node; model := d.model;
+        IF NOT FOUND THEN
+            action := 'dropped';
+            answer := (embed._run_on_workers(ARRAY[w.host], ARRAY[w.port],
+                ARRAY[format('SELECT embed._on_node(%L)', format('SELECT embed.drop_model(%L)', d.model))]))[1];
+        ELSE
+            action := 'registered';
+            answer := (embed._run_on_workers(ARRAY[w.host], ARRAY[w.port],
+                ARRAY[format('SELECT embed._on_node(%L)', format('SELECT embed.register_model(%L, %L, %L::jsonb)',
+                                                               m.name, m.source, m.options))]))[1];
+        END IF;
+        IF answer <> 'ok' THEN
+            RAISE EXCEPTION 'embed.cluster_sync: % of model % on worker node % failed: %',
+                CASE action WHEN 'dropped' THEN 'the drop' ELSE 'the registration' END, quote_literal(d.model), d.node,
+                substr(answer, 7)
+                USING ERRCODE = left(answer, 5);
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+
+REVOKE ALL ON FUNCTION embed.cluster_sync() FROM PUBLIC;
+-- Called by register_model and drop_model, which check the caller first; it runs as the
+-- extension's owner, who may reach the workers.
+REVOKE ALL ON FUNCTION embed._cluster_apply(text, text, text, jsonb, boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION embed._cluster_apply(text, text, text, jsonb, boolean) TO embed_admin;
+REVOKE ALL ON FUNCTION embed._run_on_workers(text[], integer[], text[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION embed._on_node(text) FROM PUBLIC;
+
+-- embed.backfill of a Citus table: a distributed table's rows are filled where they live.
+-- The coordinator sends each node that holds shards one CALL of embed._backfill_local with
+-- its shards; the nodes run at once, each filling its shards one after another with
+-- embed.backfill (batches by ctid inside a shard, where ctids are unique, each committed).
+-- Checked first on every node (the model registered there, its dimension against the
+-- column's), so a refusal keeps its SQLSTATE and names the node. A reference table is
+-- refused: its copies must stay equal, which only Citus's own UPDATE keeps.
+CREATE FUNCTION embed._backfill_shards(tbl regclass, source_column text, target_column text, model text,
+                                       batch_size integer)
+RETURNS void LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    hosts text[];
+    ports integer[];
+    shards text[];
+    nodes text[];
+    answers text[];
+    total bigint;
+    left_over bigint;
+    started timestamptz := clock_timestamp();
+    k integer;
+    count_null text := format('SELECT count(*) FROM %s WHERE %I IS NULL AND %I IS NOT NULL', tbl, target_column, source_column);
+BEGIN
+    IF embed._citus_kind(tbl) = 'reference' THEN
+        RAISE EXCEPTION 'embed.backfill does not fill reference table %', tbl
+            USING ERRCODE = 'feature_not_supported',
+                  HINT = format('Use UPDATE %s SET %I = embed(...) WHERE %I IS NULL: Citus keeps every copy equal.',
+                                tbl, target_column, target_column);
+    END IF;
+    EXECUTE 'SELECT array_agg(host ORDER BY host, port), array_agg(port ORDER BY host, port),
+                    array_agg(names ORDER BY host, port), array_agg(host || '':'' || port ORDER BY host, port)
+               FROM (SELECT s.nodename::text AS host, s.nodeport AS port,
+                            array_agg(pg_catalog.shard_name(s.table_name, s.shardid, false) ORDER BY s.shardid)::text AS names
+                       FROM pg_catalog.citus_shards s WHERE s.table_name = $1
+                      GROUP BY 1, 2) n'
+        INTO hosts, ports, shards, nodes USING tbl;
+    EXECUTE count_null INTO total;
+    -- Each node's first shard checked there (the model, the columns, the dimension).
+    answers := embed._run_on_workers(hosts, ports, ARRAY(
+        SELECT format('SELECT embed._on_node(%L)', format('SELECT embed._check_target(%L::regclass, %L, %L, %L)',
+                      (sh::text[])[1], model, source_column, target_column))
+          FROM unnest(shards) sh));
+    FOR k IN 1 .. coalesce(array_length(hosts, 1), 0) LOOP
+        IF answers[k] <> 'ok' THEN
+            RAISE EXCEPTION 'embed.backfill(%): node % refused: %', tbl, nodes[k], substr(answers[k], 7)
+                USING ERRCODE = left(answers[k], 5);
+        END IF;
+    END LOOP;
+    RAISE NOTICE 'backfill %.%: % rows to fill on % nodes (% shards)', tbl, target_column, total,
+        coalesce(array_length(hosts, 1), 0), (SELECT count(*) FROM unnest(shards) sh, unnest(sh::text[]));
+    answers := embed._run_on_workers(hosts, ports, ARRAY(
+        SELECT format('CALL embed._backfill_local(%L::text[], %L, %L, %L, %s)', sh, source_column, target_column,
+                      model, batch_size)
+          FROM unnest(shards) sh));
+    EXECUTE count_null INTO left_over;
+    FOR k IN 1 .. coalesce(array_length(hosts, 1), 0) LOOP
+        IF answers[k] LIKE '08006 %' THEN
+            RAISE EXCEPTION 'embed.backfill(%): node % stopped: % (% of % rows filled; run it again to go on)',
+                tbl, nodes[k], substr(answers[k], 7), total - left_over, total
+                USING ERRCODE = 'external_routine_exception';
+        END IF;
+    END LOOP;
+    RAISE NOTICE 'backfill %.%: done, % rows in % s on % nodes', tbl, target_column, total - left_over,
+        round(extract(epoch FROM clock_timestamp() - started)::numeric, 1), coalesce(array_length(hosts, 1), 0);
+END
+$$;
+
+-- A node's part of embed._backfill_shards: embed.backfill of each of its shards in turn.
+CREATE PROCEDURE embed._backfill_local(shards text[], source_column text, target_column text, model text,
+                                       batch_size integer)
+LANGUAGE plpgsql AS $$
+DECLARE
+    shard text;
+BEGIN
+    FOREACH shard IN ARRAY shards LOOP
+        CALL embed.backfill(shard::regclass, source_column, target_column, model, batch_size);
+    END LOOP;
+END
+$$;
+
+CREATE OR REPLACE PROCEDURE embed.backfill(tbl regclass, source_column text, target_column text, model text,
+                                batch_size integer DEFAULT 64)
+-- No SET clause: a procedure with one cannot COMMIT. It runs as the caller; the names it
+-- uses are schema-qualified.
+LANGUAGE plpgsql AS $$
+DECLARE
+    run bigint;
+    total bigint;
+    done bigint := 0;
+    n bigint;
+    started timestamptz;
+    elapsed float8;
+    ids tid[];
+    texts text[];
+    images bytea[];
+    is_image boolean;
+    after_tid tid := '(0,0)';
+    window_end tid;
+    window_start bigint := 0;
+    window_blocks bigint;
+    pages bigint;
+    select_batch text;
+    update_batch text;
+    writer record;
+BEGIN
+    PERFORM embed._require_primary('embed.backfill');
+    IF batch_size IS NULL OR batch_size < 1 THEN
+        RAISE EXCEPTION 'batch_size must be at least 1, not %', coalesce(batch_size::text, 'NULL')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM embed._check_target(tbl, model, source_column, target_column);
+    -- A Citus table: ctids repeat across its shards, so each node fills its own shards.
+    IF embed._citus_kind(tbl) IS NOT NULL THEN
+        PERFORM embed._backfill_shards(tbl, source_column, target_column, model, batch_size);
+        RETURN;
+    END IF;
+    is_image := embed._source_kind(tbl, source_column) = 'image';
+    writer := embed._writer(tbl, model, source_column, target_column);
+    EXECUTE format('SELECT count(*) FROM %s WHERE %I IS NULL AND %I IS NOT NULL', tbl, target_column, source_column)
+        INTO total;
+    run := embed._backfill_start(tbl, source_column, target_column, model, batch_size, total);
+    COMMIT;
+    started := clock_timestamp();
+    PERFORM pg_advisory_xact_lock(1701667941, (run % 2147483648)::integer);
+
+    -- Rows are visited in physical order, a window of blocks at a time (a TID range scan),
+    -- so each batch reads only its window, however much of the table is already filled.
+    pages := pg_relation_size(tbl) / current_setting('block_size')::bigint;
+    SELECT greatest(1, ceil(4.0 * batch_size / greatest(c.reltuples / greatest(c.relpages, 1), 1)))::bigint
+      INTO window_blocks FROM pg_class c WHERE c.oid = tbl;
+    select_batch := format(
+        'SELECT array_agg(ctid ORDER BY ctid), array_agg(%1$I%4$s ORDER BY ctid)
+           FROM (SELECT ctid, %1$I FROM %2$s
+                  WHERE ctid > $1 AND ctid < $2 AND %3$I IS NULL AND %1$I IS NOT NULL
+                  ORDER BY ctid LIMIT $3) s',
+        source_column, tbl, target_column, CASE WHEN is_image THEN '' ELSE '::text' END);
+    update_batch := format(
+        'UPDATE %s t SET %I = v.vec%s
+           FROM unnest($1::tid[]) WITH ORDINALITY AS k(id, ord)
+           JOIN @extschema@.%s($2, $3) WITH ORDINALITY AS v(vec, ord) USING (ord)
+          WHERE t.ctid = k.id AND t.%I IS NULL',
+        tbl, target_column, writer.cast_to, writer.fn, target_column);
+    LOOP
+        -- The last window is open-ended: it also takes rows added since the run started.
+        window_end := CASE WHEN window_start + window_blocks < pages
+                           THEN format('(%s,0)', window_start + window_blocks)::tid
+                           ELSE '(4294967295,65535)'::tid END;
+        IF is_image THEN
+            EXECUTE select_batch INTO ids, images USING after_tid, window_end, batch_size;
+        ELSE
+            EXECUTE select_batch INTO ids, texts USING after_tid, window_end, batch_size;
+        END IF;
+        IF ids IS NULL THEN
+            EXIT WHEN window_start + window_blocks >= pages;
+            window_start := window_start + window_blocks;
+            after_tid := format('(%s,0)', window_start)::tid;
+            CONTINUE;
+        END IF;
+        IF is_image THEN
+            EXECUTE update_batch USING ids, model, images;
+        ELSE
+            EXECUTE update_batch USING ids, model, texts;
+        END IF;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        done := done + n;
+        after_tid := ids[array_length(ids, 1)];
+        PERFORM embed._backfill_step(run, done, false);
+        COMMIT;
+        PERFORM pg_advisory_xact_lock(1701667941, (run % 2147483648)::integer);
+        elapsed := extract(epoch FROM clock_timestamp() - started);
+        RAISE NOTICE 'backfill %.%: % of % rows (% %%), % rows/s, ETA %',
+            tbl, target_column, done, total,
+            CASE WHEN total > 0 THEN round(100.0 * done / total, 1) ELSE 100 END,
+            round((done / greatest(elapsed, 1e-6))::numeric, 1),
+            CASE WHEN done >= total THEN interval '0'
+                 ELSE make_interval(secs => round(((total - done) * elapsed / done)::numeric, 0)::float8) END;
+    END LOOP;
+    PERFORM embed._backfill_step(run, done, true);
+    COMMIT;
+    elapsed := extract(epoch FROM clock_timestamp() - started);
+    RAISE NOTICE 'backfill %.%: done, % rows in % s (% rows/s)',
+        tbl, target_column, done, round(elapsed::numeric, 1), round((done / greatest(elapsed, 1e-6))::numeric, 1);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION embed._preload_on_login() RETURNS event_trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    -- Not for Citus's own connections between nodes (a distributed query opens one per
+    -- shard group; most never call embed(), and one that does loads the model then).
+    IF coalesce(current_setting('pg_embed.preload', true), '') <> ''
+       AND current_setting('application_name') !~ '^citus_(internal|rebalancer|run_command) gpid='
+       AND current_setting('application_name') NOT LIKE 'citus\_shard\_%' THEN
+        BEGIN
+            PERFORM embed.preload();
+        EXCEPTION WHEN OTHERS THEN
+            RAISE WARNING 'pg_embed.preload: %', SQLERRM;
+        END;
+    END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION embed._check_new_triggers() RETURNS event_trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    t record;
+    args text[];
+BEGIN
+    FOR t IN SELECT tr.tgrelid, tr.tgnargs, tr.tgargs
+               FROM pg_event_trigger_ddl_commands() c
+               JOIN pg_trigger tr ON tr.oid = c.objid
+              WHERE c.classid = 'pg_trigger'::regclass AND tr.tgfoid = 'embed.embed_trigger'::regproc
+    LOOP
+        CONTINUE WHEN t.tgnargs <> 3;
+        -- tgargs: each argument followed by a NUL byte (escape encoding shows it as \000 and
+        -- doubles backslashes).
+        SELECT array_agg(replace(a, '\\', '\') ORDER BY n) INTO args
+          FROM unnest(string_to_array(encode(t.tgargs, 'escape'), '\000')) WITH ORDINALITY AS x(a, n)
+         WHERE n <= 3;
+        PERFORM embed._check_source(t.tgrelid, args[1], args[2]);
+    END LOOP;
+    -- A vectorizer's queue trigger on a table that is not its own (a shard that Citus made
+    -- of a vectorized table, where no vectorizer or worker would ever read the queue).
+    FOR t IN SELECT tr.tgrelid, p.proname
+               FROM pg_event_trigger_ddl_commands() c
+               JOIN pg_trigger tr ON tr.oid = c.objid
+               JOIN pg_proc p ON p.oid = tr.tgfoid
+              WHERE c.classid = 'pg_trigger'::regclass AND p.pronamespace = 'embed'::regnamespace
+                AND p.proname LIKE 'pg\_embed\_vectorize\_%'
+                AND NOT EXISTS (SELECT FROM embed.vectorizers v
+                                 WHERE p.proname = 'pg_embed_vectorize_' || v.id
+                                   AND tr.tgrelid IN (SELECT embed._vectorized_tables(v.tbl)))
+    LOOP
+        RAISE EXCEPTION 'the queue trigger of embed.vectorize cannot be put on %', t.tgrelid::regclass
+            USING ERRCODE = 'feature_not_supported',
+                  DETAIL = format('%s queues rows for a table vectorized on another node (a Citus shard?).', t.proname),
+                  HINT = 'embed.vectorize does not support Citus tables: run embed.unvectorize first, then '
+                         'keep the column filled with embed.embed_trigger or embed.backfill.';
+    END LOOP;
+END
+$$;
+

@@ -244,6 +244,14 @@ pub fn database_oids() -> Result<std::collections::BTreeSet<u32>> {
 /// naming the node that refused. Called after this node's own catalog write, in the same
 /// transaction, so that an error here undoes that write too.
 pub fn cluster_apply(action: &str, name: &str, source: Option<&str>, options: Option<&serde_json::Value>) -> Result<()> {
+    // A schema not yet updated to 0.4.0 (the library is, the catalog is not) has none.
+    let present = Spi::get_one::<bool>(
+        "SELECT pg_catalog.to_regprocedure('embed._cluster_apply(text, text, text, jsonb, boolean)') IS NOT NULL",
+    )
+    .map_err(spi_err)?;
+    if present != Some(true) {
+        return Ok(());
+    }
     // SAFETY: reads the current transaction's state.
     let in_block = unsafe { pg_sys::IsTransactionBlock() };
     Spi::connect_mut(|client| {

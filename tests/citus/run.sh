@@ -1,0 +1,281 @@
+#!/usr/bin/env bash
+# `make test-citus`: pg_embed on a Citus cluster (scripts/citus.sh: a coordinator and two
+# workers on loopback ports, Citus built from the vendored source or already installed),
+# each result compared with the same work on a plain table of the coordinator (a single
+# node):
+#   1. registration from the coordinator reaches every worker; a worker that refuses leaves
+#      every node as it was, and the error names it; refused inside a transaction block;
+#      embed.cluster_check() finds a node that differs, embed.cluster_sync() mends it, also
+#      for a worker added later; drop_model for the cluster
+#   2. UPDATE ... SET emb = embed(...) runs on the workers and equals the single node's
+#      vectors bit for bit
+#   3. embed.backfill of a distributed table fills each row with its own vector (node by
+#      node, shard by shard), and again does nothing; a reference table is refused (0A000)
+#   4. embed.vectorize of a distributed table is refused (0A000); a vectorized table
+#      cannot be distributed, or its rows are refused: never a row silently left unqueued
+#   5. row and statement embed.embed_trigger on a distributed table
+#   6. similarity search: the same rows as an exact scan of the single node; where the
+#      query vector is computed for each query shape (pg_stat_user_functions per node)
+#   7. pg_embed.preload is skipped for Citus's own connections between nodes
+# Prints the figures the README's "Scaling out" section quotes.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/env.sh"
+pg_embed_resolve_paths
+require_pginstall
+export PG_EMBED_PORT="${CITUS_PORT:-28840}"
+source "$REPO/tests/ops/lib.sh"
+unset RUST_BACKTRACE
+
+CITUS="$REPO/scripts/citus.sh"
+W1=$((PG_EMBED_PORT + 1)); W2=$((PG_EMBED_PORT + 2)); W3=$((PG_EMBED_PORT + 3))
+on() { local port="$1"; shift; PG_EMBED_PORT="$port" q "$@"; }  # psql on a node by port
+on1() { PG_EMBED_PORT="$1" q1 "$2"; }
+# expect_error WHAT SQLSTATE SQL [port]: the statement fails with that SQLSTATE; prints the message.
+expect_error() {
+    local out
+    if out="$(PG_EMBED_PORT="${4:-$PG_EMBED_PORT}" q -v VERBOSITY=verbose -c "$3" 2>&1)"; then
+        fail "$1: succeeded, expected SQLSTATE $2"
+    fi
+    grep -q "ERROR:  $2:" <<<"$out" || fail "$1: expected SQLSTATE $2, got: $(head -n 3 <<<"$out")"
+    pass "$1: $2 $(sed -n "s/^ERROR:  $2: //p" <<<"$out" | head -n 1 | cut -c1-160)"
+}
+# Each node's registrations as one line (name source options).
+registrations() { on1 "$1" "SELECT coalesce(string_agg(name || ' ' || source || ' ' || options::text, '; ' ORDER BY name), 'none') FROM embed.models"; }
+# embed() calls per node since reset_calls, as "coordinator/worker1/worker2".
+reset_calls() { local p; for p in "$PG_EMBED_PORT" "$W1" "$W2"; do on "$p" -c "SELECT pg_stat_reset()" >/dev/null; done; }
+calls() {
+    local p out=""
+    sleep 0.6  # the statistics of a backend that just ended reach the server
+    for p in "$PG_EMBED_PORT" "$W1" "$W2"; do
+        out+="$(on1 "$p" "SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions WHERE schemaname = 'public' AND funcname = 'embed'")/"
+    done
+    echo "${out%/}"
+}
+
+t_all=$EPOCHREALTIME
+step "Citus: build (or use the installed one) and start a coordinator and two workers"
+"$CITUS" build
+"$REPO/scripts/fetch_model.sh" >/dev/null
+"$CITUS" stop >/dev/null 2>&1 || true
+rm -rf "$REPO"/.pg/citus-*
+cleanup() { "$CITUS" stop >/dev/null 2>&1 || true; }
+trap cleanup EXIT
+"$CITUS" start
+ensure_pg_user_access "$MODEL_DIR/all-MiniLM-L6-v2/config.json" "$MODEL_DIR"
+for p in "$PG_EMBED_PORT" "$W1" "$W2"; do
+    on "$p" -c "ALTER SYSTEM SET track_functions = 'all'" -c "SELECT pg_reload_conf()" >/dev/null
+done
+on "$PG_EMBED_PORT" -c "SET client_min_messages = warning" -c "CREATE EXTENSION vector" -c "CREATE EXTENSION pg_embed" >/dev/null
+expect_eq "pg_embed created on the workers by Citus" "t t" \
+    "$(on1 "$W1" "SELECT count(*) = 1 FROM pg_extension WHERE extname = 'pg_embed'") $(on1 "$W2" "SELECT count(*) = 1 FROM pg_extension WHERE extname = 'pg_embed'")"
+
+# ---- 1. registration for the cluster -------------------------------------------------------
+step "registration from the coordinator, for every node or none"
+t0=$EPOCHREALTIME
+q -c "SELECT embed.register_model('minilm', 'all-MiniLM-L6-v2')" >/dev/null
+reg_ms="$(ms_between "$t0" "$EPOCHREALTIME")"
+for p in "$PG_EMBED_PORT" "$W1" "$W2"; do
+    expect_eq "registration on node :$p" "minilm all-MiniLM-L6-v2 {}" "$(registrations "$p")"
+done
+pass "register_model for 3 nodes: $reg_ms ms"
+expect_eq "cluster_check() with every node equal" "" "$(q1 "SELECT string_agg(node || ' ' || model || ' ' || difference, '; ') FROM embed.cluster_check()")"
+q -c "SELECT embed.register_model('minilm', 'all-MiniLM-L6-v2', '{\"max_length\": 128}')" >/dev/null
+for p in "$W1" "$W2"; do
+    expect_eq "a re-registration on node :$p" 'minilm all-MiniLM-L6-v2 {"max_length": 128}' "$(registrations "$p")"
+done
+
+# A worker that cannot read the model's files (its own pg_embed.model_dir) refuses: every node
+# stays as it was, and the error names that worker.
+empty="$(ops_workdir)"
+on "$W2" -c "ALTER SYSTEM SET pg_embed.model_dir = '$empty'" -c "SELECT pg_reload_conf()" >/dev/null
+expect_error "a registration one worker refuses" 58P01 "SELECT embed.register_model('minilm_b', 'all-MiniLM-L6-v2')"
+out="$(q -c "SELECT embed.register_model('minilm_b', 'all-MiniLM-L6-v2')" 2>&1 || true)"
+grep -q "worker node 127.0.0.1:$W2 refused" <<<"$out" || fail "the error does not name worker :$W2: $out"
+pass "the error names the worker 127.0.0.1:$W2"
+expect_error "a re-registration one worker refuses" 58P01 "SELECT embed.register_model('minilm', 'all-MiniLM-L6-v2', '{\"pooling\": \"cls\"}')"
+for p in "$PG_EMBED_PORT" "$W1" "$W2"; do
+    expect_eq "node :$p as before both refusals" 'minilm all-MiniLM-L6-v2 {"max_length": 128}' "$(registrations "$p")"
+done
+expect_eq "cluster_check() names the worker that cannot read the files" \
+    "127.0.0.1:$W2 minilm files not readable there: 58P01" \
+    "$(q1 "SELECT string_agg(node || ' ' || model || ' ' || left(difference, 31), '; ') FROM embed.cluster_check()")"
+on "$W2" -c "ALTER SYSTEM RESET pg_embed.model_dir" -c "SELECT pg_reload_conf()" >/dev/null
+expect_error "register_model inside a transaction block" 25001 \
+    "BEGIN; SELECT embed.register_model('minilm_b', 'all-MiniLM-L6-v2'); COMMIT;"
+
+# A worker registered by hand with other options (the cosine of 0.59 a mixed registration
+# gave): found, then mended.
+on "$W1" -c "SELECT embed.register_model('minilm', 'all-MiniLM-L6-v2', '{\"pooling\": \"cls\"}')" >/dev/null
+expect_eq "cluster_check() finds the worker registered by hand" \
+    "127.0.0.1:$W1 minilm options: {\"max_length\": 128} here, {\"pooling\": \"cls\"} there" \
+    "$(q1 "SELECT string_agg(node || ' ' || model || ' ' || difference, '; ') FROM embed.cluster_check()")"
+expect_eq "cluster_sync() mends it" "127.0.0.1:$W1 minilm registered" \
+    "$(q1 "SELECT string_agg(node || ' ' || model || ' ' || action, '; ') FROM embed.cluster_sync()")"
+expect_eq "cluster_check() after cluster_sync()" "" "$(q1 "SELECT string_agg(node || ' ' || model, '; ') FROM embed.cluster_check()")"
+
+# A worker added later has pg_embed (Citus creates it) but no registration until cluster_sync().
+"$CITUS" add 3 >/dev/null
+expect_eq "cluster_check() after citus_add_node" "127.0.0.1:$W3 minilm not registered on the worker" \
+    "$(q1 "SELECT string_agg(node || ' ' || model || ' ' || difference, '; ') FROM embed.cluster_check()")"
+expect_eq "cluster_sync() registers on the new worker" "127.0.0.1:$W3 minilm registered" \
+    "$(q1 "SELECT string_agg(node || ' ' || model || ' ' || action, '; ') FROM embed.cluster_sync()")"
+expect_eq "the new worker's registration" 'minilm all-MiniLM-L6-v2 {"max_length": 128}' "$(registrations "$W3")"
+q -c "SELECT citus_remove_node('127.0.0.1', $W3)" >/dev/null
+PG_EMBED_PORT="$W3" PGDATA="$REPO/.pg/citus-3" PG_LOG="$REPO/.pg/log/citus-3.log" "$REPO/scripts/server.sh" stop >/dev/null
+
+q -c "SELECT embed.register_model('minilm_b', 'all-MiniLM-L6-v2')" >/dev/null
+expect_eq "minilm_b on worker :$W2" "t" "$(on1 "$W2" "SELECT count(*) = 1 FROM embed.models WHERE name = 'minilm_b'")"
+q -c "SELECT embed.drop_model('minilm_b')" >/dev/null
+for p in "$PG_EMBED_PORT" "$W1" "$W2"; do
+    expect_eq "drop_model for the cluster, node :$p" 'minilm all-MiniLM-L6-v2 {"max_length": 128}' "$(registrations "$p")"
+done
+q -c "SELECT embed.register_model('minilm', 'all-MiniLM-L6-v2')" >/dev/null
+
+# ---- 2. pushed-down UPDATE ---------------------------------------------------------------------
+step "UPDATE ... SET emb = embed(...) on a distributed table"
+q <<SQL >/dev/null
+SET client_min_messages = warning;
+CREATE TEMP TABLE c (s text);
+\copy c FROM '$CORPUS'
+CREATE TABLE single (id bigint PRIMARY KEY, body text, emb vector($DIM));
+INSERT INTO single (id, body) SELECT row_number() OVER (), s FROM (SELECT s FROM c LIMIT 600) s;
+UPDATE single SET emb = embed('$MODEL', body)::vector($DIM);
+CREATE TABLE docs (id bigint PRIMARY KEY, body text, emb vector($DIM));
+SELECT create_distributed_table('docs', 'id', shard_count := 32);
+INSERT INTO docs (id, body) SELECT id, body FROM single;
+SQL
+# Same vectors on every shard as on the single node, bit for bit.
+same_as_single() { q1 "SELECT count(*) FILTER (WHERE d.emb IS NULL) || ' NULL, ' || count(*) FILTER (WHERE d.emb::text <> s.emb::text) || ' differ, of ' || count(*) FROM $1 d JOIN single s USING (id)"; }
+reset_calls
+t0=$EPOCHREALTIME
+q -c "UPDATE docs SET emb = embed('$MODEL', body)::vector($DIM)" >/dev/null
+upd_ms="$(ms_between "$t0" "$EPOCHREALTIME")"
+expect_eq "vectors against the single node" "0 NULL, 0 differ, of 600" "$(same_as_single docs)"
+per_node="$(calls)"
+expect_eq "embed() on the coordinator" 0 "${per_node%%/*}"
+workers_sum=$(( $(cut -d/ -f2 <<<"$per_node") + $(cut -d/ -f3 <<<"$per_node") ))
+expect_eq "embed() calls on the workers" 600 "$workers_sum"
+pass "UPDATE of 600 rows over 32 shards: $upd_ms ms (calls per node $per_node)"
+q -c "UPDATE single SET emb = NULL" >/dev/null
+t0=$EPOCHREALTIME
+q -c "UPDATE single SET emb = embed('$MODEL', body)::vector($DIM)" >/dev/null
+pass "the same UPDATE on the single node: $(ms_between "$t0" "$EPOCHREALTIME") ms"
+for pool in 1 4; do
+    q -c "UPDATE docs SET emb = NULL" >/dev/null
+    t0=$EPOCHREALTIME
+    q -c "SET citus.max_adaptive_executor_pool_size = $pool" -c "UPDATE docs SET emb = embed('$MODEL', body)::vector($DIM)" >/dev/null
+    pass "UPDATE of 600 rows with citus.max_adaptive_executor_pool_size = $pool: $(ms_between "$t0" "$EPOCHREALTIME") ms"
+done
+
+# ---- 3. backfill ---------------------------------------------------------------------------------
+step "embed.backfill of a distributed table"
+q -c "UPDATE docs SET emb = NULL" >/dev/null
+t0=$EPOCHREALTIME
+q -c "CALL embed.backfill('docs', 'body', 'emb', '$MODEL', 32)" >/dev/null
+bf_ms="$(ms_between "$t0" "$EPOCHREALTIME")"
+expect_eq "backfilled vectors against the single node" "0 NULL, 0 differ, of 600" "$(same_as_single docs)"
+pass "backfill of 600 rows over 32 shards on 2 workers: $bf_ms ms"
+# Half filled (as if stopped), then resumed: only the rest is written.
+q -c "UPDATE docs SET emb = NULL WHERE id % 2 = 0" >/dev/null
+reset_calls
+q -c "CALL embed.backfill('docs', 'body', 'emb', '$MODEL', 32)" >/dev/null
+calls >/dev/null  # (waits for the statistics)
+updated=0
+for p in "$W1" "$W2"; do
+    # (Citus hides the shards from a client's catalog queries unless told not to.)
+    updated=$((updated + $(PG_EMBED_PORT="$p" q -At -c "SET citus.override_table_visibility = off" \
+        -c "SELECT coalesce(sum(n_tup_upd), 0) FROM pg_stat_user_tables WHERE relname LIKE 'docs\_%'")))
+done
+expect_eq "rows a resumed backfill writes (those left NULL)" 300 "$updated"
+expect_eq "after the resumed backfill" "0 NULL, 0 differ, of 600" "$(same_as_single docs)"
+q -c "UPDATE single SET emb = NULL" >/dev/null
+t0=$EPOCHREALTIME
+q -c "CALL embed.backfill('single', 'body', 'emb', '$MODEL', 32)" >/dev/null
+pass "the same backfill on the single node: $(ms_between "$t0" "$EPOCHREALTIME") ms"
+q <<'SQL' >/dev/null
+SET client_min_messages = warning;
+CREATE TABLE ref (id bigint PRIMARY KEY, body text, emb vector(384));
+SELECT create_reference_table('ref');
+SQL
+expect_error "backfill of a reference table" 0A000 "CALL embed.backfill('ref', 'body', 'emb', 'minilm')"
+# A worker without the model (dropped there by hand): refused before any row is written.
+q -c "SELECT embed.register_model('minilm_c', 'all-MiniLM-L6-v2')" >/dev/null
+on "$W2" -c "SELECT embed.drop_model('minilm_c')" >/dev/null
+q -c "UPDATE docs SET emb = NULL WHERE id <= 10" >/dev/null
+out="$(q -v VERBOSITY=verbose -c "CALL embed.backfill('docs', 'body', 'emb', 'minilm_c')" 2>&1 || true)"
+grep -q "ERROR:  42704: embed.backfill(public.docs): node 127.0.0.1:$W2 refused: model \"minilm_c\" is not registered" <<<"$out" \
+    || fail "backfill with a model worker :$W2 does not have: $out"
+pass "backfill with a model a worker does not have: 42704, naming node 127.0.0.1:$W2"
+expect_eq "rows written by the refused backfill" 10 "$(q1 "SELECT count(*) FROM docs WHERE emb IS NULL")"
+q -c "SELECT embed.drop_model('minilm_c')" -c "CALL embed.backfill('docs', 'body', 'emb', '$MODEL')" >/dev/null
+
+# ---- 4. vectorize ----------------------------------------------------------------------------------
+step "embed.vectorize and distributed tables"
+expect_error "vectorize of a distributed table" 0A000 "SELECT embed.vectorize('docs', 'body', 'emb', 'minilm')"
+expect_error "vectorize of a reference table" 0A000 "SELECT embed.vectorize('ref', 'body', 'emb', 'minilm')"
+q <<'SQL' >/dev/null
+CREATE TABLE vec (id bigint PRIMARY KEY, body text, emb vector(384));
+SELECT embed.vectorize('vec', 'body', 'emb', 'minilm');
+SQL
+# Citus itself refuses a table with triggers (with its own XX000) unless told otherwise.
+expect_error "create_distributed_table of a vectorized table" XX000 "SELECT create_distributed_table('vec', 'id')"
+expect_error "... also with citus.enable_unsafe_triggers" 0A000 \
+    "SET citus.enable_unsafe_triggers = on; SELECT create_distributed_table('vec', 'id')"
+q -c "INSERT INTO vec VALUES (1, 'still a plain table')" -c "SELECT embed.vectorize_wait('vec', 'emb')" >/dev/null
+expect_eq "the vectorized table still works" 1 "$(q1 "SELECT count(*) FROM vec WHERE emb IS NOT NULL")"
+
+# ---- 5. triggers --------------------------------------------------------------------------------------
+step "embed.embed_trigger on a distributed table"
+q <<SQL >/dev/null
+SET client_min_messages = warning;
+SET citus.enable_unsafe_triggers = on;
+CREATE TABLE trig_row (id bigint PRIMARY KEY, body text, emb vector($DIM));
+CREATE TRIGGER embed_row BEFORE INSERT OR UPDATE OF body ON trig_row
+    FOR EACH ROW EXECUTE FUNCTION embed.embed_trigger('$MODEL', 'body', 'emb');
+SELECT create_distributed_table('trig_row', 'id', shard_count := 8);
+CREATE TABLE trig_stmt (id bigint PRIMARY KEY, body text, emb vector($DIM));
+SELECT create_distributed_table('trig_stmt', 'id', shard_count := 8);
+CREATE TRIGGER embed_stmt AFTER INSERT ON trig_stmt REFERENCING NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION embed.embed_trigger('$MODEL', 'body', 'emb');
+INSERT INTO trig_row (id, body) SELECT id, body FROM single WHERE id <= 200;
+INSERT INTO trig_stmt (id, body) SELECT id, body FROM single WHERE id <= 200;
+SQL
+q -c "UPDATE single SET emb = embed('$MODEL', body)::vector($DIM)" >/dev/null
+expect_eq "row trigger against the single node" "0 NULL, 0 differ, of 200" "$(same_as_single trig_row)"
+expect_eq "statement trigger against the single node" "0 NULL, 0 differ, of 200" "$(same_as_single trig_stmt)"
+
+# ---- 6. search ---------------------------------------------------------------------------------------
+step "similarity search on the distributed table"
+search() { q1 "SELECT string_agg(id::text, ',') FROM (SELECT id FROM $1 ORDER BY emb <=> embed('$MODEL', 'how do I cook rice')::vector($DIM), id LIMIT 10) s"; }
+expect_eq "top 10 against an exact scan of the single node" "$(search single)" "$(search docs)"
+# Where the query vector is computed: embed() calls on coordinator/worker 1/worker 2.
+shape() { # shape WHAT SQL
+    reset_calls
+    q -c "$2" >/dev/null
+    pass "query vector of $1: embed() calls $(calls) (coordinator/worker/worker)"
+}
+Q="embed('$MODEL', 'how do I cook rice')::vector($DIM)"
+shape "ORDER BY emb <=> embed(...) LIMIT 10 (all shards)" "SELECT id FROM docs ORDER BY emb <=> $Q LIMIT 10"
+expect_eq "  the coordinator computes it once" "1/0/0" "$(calls)"
+shape "a prepared statement, embed(\$1) (all shards)" \
+    "PREPARE s1(text) AS SELECT id FROM docs ORDER BY emb <=> embed('$MODEL', \$1)::vector($DIM) LIMIT 10; EXECUTE s1('how do I cook rice')"
+shape "ORDER BY emb <=> (SELECT embed(...)) (all shards)" "SELECT id FROM docs ORDER BY emb <=> (SELECT $Q) LIMIT 10"
+shape "WHERE id = 7 (one shard)" "SELECT id FROM docs WHERE id = 7 ORDER BY emb <=> $Q LIMIT 10"
+shape "a prepared statement, WHERE id = 7 (one shard)" \
+    "PREPARE s2(text) AS SELECT id FROM docs WHERE id = 7 ORDER BY emb <=> embed('$MODEL', \$1)::vector($DIM) LIMIT 10; EXECUTE s2('how do I cook rice')"
+
+# ---- 7. preload ------------------------------------------------------------------------------------
+step "pg_embed.preload and Citus's own connections"
+on "$W1" -c "ALTER SYSTEM SET pg_embed.preload = 'minilm'" -c "SELECT pg_reload_conf()" >/dev/null
+sleep 0.3
+loaded_as() { PGAPPNAME="$1" on1 "$W1" "SELECT count(*) FROM embed.loaded_models()"; }
+expect_eq "a client connection to a worker preloads" 1 "$(loaded_as psql)"
+expect_eq "a connection named as Citus's own (citus_internal gpid=...) does not" 0 "$(loaded_as "citus_internal gpid=10000000001")"
+expect_eq "... nor citus_run_command gpid=..." 0 "$(loaded_as "citus_run_command gpid=10000000001")"
+for preload in on off; do
+    [ "$preload" = off ] && on "$W1" -c "ALTER SYSTEM RESET pg_embed.preload" -c "SELECT pg_reload_conf()" >/dev/null
+    t0=$EPOCHREALTIME
+    q -c "SELECT count(*) FROM docs" >/dev/null
+    pass "a 32-shard count(*), preload $preload on a worker: $(ms_between "$t0" "$EPOCHREALTIME") ms"
+done
+step "Citus tests: all passed in $(elapsed_since "$t_all")"
