@@ -93,6 +93,9 @@ start_node() {
 # add_node N: starts node N and adds it to the cluster as a worker.
 add_node() {
     start_node "$1"
+    join_node "$1"
+}
+join_node() {
     node_env 0 psql_cmd -d postgres -q -At \
         -c "SELECT citus_add_node('127.0.0.1', $(node_port "$1")) WHERE NOT EXISTS
               (SELECT FROM pg_dist_node WHERE nodeport = $(node_port "$1"))" >/dev/null
@@ -101,9 +104,10 @@ add_node() {
 start() {
     require_pginstall
     local n
-    start_node 0
+    # Every node up first: the coordinator's metadata of a cluster started before names them.
+    for n in $(seq 0 $((CITUS_NODES - 1))); do start_node "$n"; done
     node_env 0 psql_cmd -d postgres -q -At -c "SELECT citus_set_coordinator_host('127.0.0.1', $CITUS_PORT)" >/dev/null
-    for n in $(seq 1 $((CITUS_NODES - 1))); do add_node "$n"; done
+    for n in $(seq 1 $((CITUS_NODES - 1))); do join_node "$n"; done
 }
 
 stop() {

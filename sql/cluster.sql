@@ -243,6 +243,8 @@ BEGIN
 END
 $$;
 
+-- Both connect to the workers as the caller: superusers only.
+REVOKE ALL ON FUNCTION embed.cluster_check() FROM PUBLIC;
 REVOKE ALL ON FUNCTION embed.cluster_sync() FROM PUBLIC;
 -- Called by register_model and drop_model, which check the caller first; it runs as the
 -- extension's owner, who may reach the workers.

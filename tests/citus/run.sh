@@ -192,6 +192,24 @@ q -c "UPDATE single SET emb = NULL" >/dev/null
 t0=$EPOCHREALTIME
 q -c "CALL embed.backfill('single', 'body', 'emb', '$MODEL', 32)" >/dev/null
 pass "the same backfill on the single node: $(ms_between "$t0" "$EPOCHREALTIME") ms"
+# statement_timeout on the coordinator ends the workers' runs too (what they committed stays).
+q <<SQL >/dev/null
+SET client_min_messages = warning;
+CREATE TABLE big (id bigint PRIMARY KEY, body text, emb vector($DIM));
+SELECT create_distributed_table('big', 'id', shard_count := 8);
+CREATE TEMP TABLE c (s text);
+\copy c FROM '$CORPUS'
+INSERT INTO big (id, body) SELECT row_number() OVER (), s FROM c;
+SQL
+t0=$EPOCHREALTIME
+out="$(q -c "SET statement_timeout = '1s'" -c "CALL embed.backfill('big', 'body', 'emb', '$MODEL', 32)" 2>&1 || true)"
+grep -q "canceling statement due to statement timeout" <<<"$out" || fail "backfill under statement_timeout: $out"
+pass "backfill of 2,000 rows under statement_timeout = 1s ended after $(ms_between "$t0" "$EPOCHREALTIME") ms"
+filled="$(q1 "SELECT count(*) FROM big WHERE emb IS NOT NULL")"
+sleep 2
+expect_eq "rows filled 2 s after the timeout (the workers stopped too)" "$filled" "$(q1 "SELECT count(*) FROM big WHERE emb IS NOT NULL")"
+expect_eq "... and those rows hold their own vectors" 0 "$(q1 "SELECT count(*) FROM big WHERE emb IS NOT NULL AND emb::text <> embed('$MODEL', body)::vector($DIM)::text")"
+q -c "DROP TABLE big" >/dev/null
 q <<'SQL' >/dev/null
 SET client_min_messages = warning;
 CREATE TABLE ref (id bigint PRIMARY KEY, body text, emb vector(384));
