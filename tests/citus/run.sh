@@ -123,8 +123,18 @@ expect_eq "the new worker's registration" 'minilm all-MiniLM-L6-v2 {"max_length"
 q -c "SELECT citus_remove_node('127.0.0.1', $W3)" >/dev/null
 PG_EMBED_PORT="$W3" PGDATA="$REPO/.pg/citus-3" PG_LOG="$REPO/.pg/log/citus-3.log" "$REPO/scripts/server.sh" stop >/dev/null
 
-q -c "SELECT embed.register_model('minilm_b', 'all-MiniLM-L6-v2')" >/dev/null
-expect_eq "minilm_b on worker :$W2" "t" "$(on1 "$W2" "SELECT count(*) = 1 FROM embed.models WHERE name = 'minilm_b'")"
+# A worker that is down: refused before anything changes, naming it.
+w2() { PG_EMBED_PORT="$W2" PGDATA="$REPO/.pg/citus-2" PG_LOG="$REPO/.pg/log/citus-2.log" "$REPO/scripts/server.sh" "$@" >/dev/null; }
+w2 stop
+expect_error "a registration while a worker is down" 08006 "SELECT embed.register_model('minilm_b', 'all-MiniLM-L6-v2')"
+w2 start
+expect_eq "nothing registered on the coordinator or worker :$W1 meanwhile" "f f" \
+    "$(q1 "SELECT count(*) > 0 FROM embed.models WHERE name = 'minilm_b'") $(on1 "$W1" "SELECT count(*) > 0 FROM embed.models WHERE name = 'minilm_b'")"
+
+# A member of embed_admin (no superuser) registers for the cluster too.
+q -c "SET client_min_messages = warning" -c "CREATE ROLE citus_admin LOGIN IN ROLE embed_admin" >/dev/null
+q -c "SET ROLE citus_admin" -c "SELECT embed.register_model('minilm_b', 'all-MiniLM-L6-v2')" >/dev/null
+expect_eq "minilm_b, registered by a member of embed_admin, on worker :$W2" "t" "$(on1 "$W2" "SELECT count(*) = 1 FROM embed.models WHERE name = 'minilm_b'")"
 q -c "SELECT embed.drop_model('minilm_b')" >/dev/null
 for p in "$PG_EMBED_PORT" "$W1" "$W2"; do
     expect_eq "drop_model for the cluster, node :$p" 'minilm all-MiniLM-L6-v2 {"max_length": 128}' "$(registrations "$p")"
