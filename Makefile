@@ -10,7 +10,7 @@ SHELL := /bin/bash
 SCRIPTS := scripts
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test test-pg15 test-citus soak-vectorize package package-check bootstrap install start stop status psql fetch-model clean
+.PHONY: help demo test test-pg15 test-citus soak-citus soak-vectorize package package-check bootstrap install start stop status psql fetch-model clean
 
 help: ## show this help
 	@echo "pg_embed make targets:"
@@ -27,6 +27,9 @@ test-pg15: ## the #[pg_test]s and pg_regress on Debian's PostgreSQL 15 (apt; nee
 
 test-citus: install ## pg_embed on a Citus cluster: a coordinator and two workers (builds the vendored Citus once)
 	@tests/citus/run.sh
+
+soak-citus: install ## make test-citus with many seeds of its randomized part (SEEDS=100 FIRST=1 STEPS=40)
+	@CITUS_SEEDS=$${SEEDS:-100} CITUS_FIRST_SEED=$${FIRST:-1} CITUS_STEPS=$${STEPS:-40} tests/citus/run.sh
 
 soak-vectorize: ## the randomized vectorize test on many seeds (SEEDS=500 FIRST=1 STEPS=80; test server)
 	@scripts/soak_vectorize.sh

@@ -17,6 +17,9 @@
 #   6. similarity search: the same rows as an exact scan of the single node; where the
 #      query vector is computed for each query shape (pg_stat_user_functions per node)
 #   7. pg_embed.preload is skipped for Citus's own connections between nodes
+#   8. tests/citus/citus_random.py: seeded random sequences of registrations (with a worker that
+#      refuses or is down), DML, backfills (some cut short) and worker restarts against an
+#      oracle (CITUS_SEEDS seeds of CITUS_STEPS steps, default 4 of 24; make soak-citus runs many)
 # Prints the figures the README's "Scaling out" section quotes.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/env.sh"
@@ -306,4 +309,9 @@ for preload in on off; do
     q -c "SELECT count(*) FROM docs" >/dev/null
     pass "a 32-shard count(*), preload $preload on a worker: $(ms_between "$t0" "$EPOCHREALTIME") ms"
 done
+# ---- 8. randomized --------------------------------------------------------------------------------
+first="${CITUS_FIRST_SEED:-1}"; seeds="${CITUS_SEEDS:-4}"; steps="${CITUS_STEPS:-24}"
+step "randomized: registrations with faults, DML, backfill cut short, restarts; seeds $first..$((first + seeds - 1)), $steps steps each"
+CITUS_PORT="$PG_EMBED_PORT" CITUS_EMPTY_DIR="$empty" "$VENV/bin/python" "$REPO/tests/citus/citus_random.py" \
+    --first "$first" --seeds "$seeds" --steps "$steps" || fail "tests/citus/citus_random.py: a seed failed (its replay command is above)"
 step "Citus tests: all passed in $(elapsed_since "$t_all")"

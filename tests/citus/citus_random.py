@@ -1,0 +1,249 @@
+#!/usr/bin/env python3
+"""Randomized, model-based test of pg_embed's write paths on a Citus cluster.
+
+Each seed makes a distributed table (a random shard count) and runs a random sequence of:
+
+    register_model / re-register (random options) / drop_model from the coordinator, each
+    with or without a fault: a worker that cannot read the model's files (its own
+    pg_embed.model_dir emptied), or a worker that is down;
+    INSERT, UPDATE of the source (its vector set to NULL, as a user re-embedding does),
+    DELETE, TRUNCATE on the distributed table;
+    CALL embed.backfill (random batch size), sometimes cut short by statement_timeout;
+    a worker restarted.
+
+The oracle is a Python model: the registrations every node must hold (a registration or
+drop either happens on every node or, when a fault makes it fail, on none), and the rows of
+the table. After every step each node's embed.models equals the model's; after every
+backfill no row holds a vector other than embed(model, its source); at the end, after a
+backfill without faults, every row holds exactly that and embed.cluster_check() is empty.
+A failure prints the seed; run it again with
+
+    tests/citus/citus_random.py --first N --seeds 1 [--steps S]
+
+Needs the cluster of scripts/citus.sh (CITUS_PORT, the coordinator; workers on the next
+ports) with pgvector, pg_embed and the model "minilm" (all-MiniLM-L6-v2) registered.
+"""
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+
+import psycopg
+
+PORT = int(os.environ.get("CITUS_PORT", "28840"))
+WORKERS = [PORT + 1, PORT + 2]
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+EMPTY_DIR = os.environ["CITUS_EMPTY_DIR"]
+NAMES = ["rnd_a", "rnd_b"]
+OPTIONS = [{}, {"max_length": 128}, {"max_length": 64}, {"pooling": "cls"}, {"normalize": False}]
+WORDS = ("alpha beta gamma delta river mountain quiet storm paper glass orange violet "
+         "engine garden winter summer signal copper marble ribbon lantern harbor").split()
+
+
+def connect(port):
+    return psycopg.connect(host="127.0.0.1", port=port, user="postgres", dbname="postgres", autocommit=True)
+
+
+def node_server(port, action):
+    n = port - PORT
+    env = dict(os.environ, PG_EMBED_PORT=str(port), PGDATA=f"{REPO}/.pg/citus-{n}",
+               PG_LOG=f"{REPO}/.pg/log/citus-{n}.log")
+    subprocess.run([f"{REPO}/scripts/server.sh", action], env=env, check=True, stdout=subprocess.DEVNULL)
+
+
+def registrations(port):
+    with connect(port) as c:
+        rows = c.execute("SELECT name, options FROM embed.models WHERE name LIKE 'rnd\\_%' ORDER BY name").fetchall()
+    return {name: options for name, options in rows}
+
+
+class Failure(Exception):
+    pass
+
+
+def run_seed(seed, steps):
+    rng = random.Random(seed)
+    log = []
+    admin = connect(PORT)
+    admin.execute("SET client_min_messages = warning")
+
+    def reopen():
+        # Citus's connections of a session to a worker that restarted fail once (its own
+        # behaviour, for any query): a new session, as an application reconnects.
+        nonlocal admin
+        admin.close()
+        admin = connect(PORT)
+        admin.execute("SET client_min_messages = warning")
+    for name in NAMES:
+        admin.execute("SELECT embed.drop_model(name) FROM embed.models WHERE name = %s", (name,))
+    admin.execute("DROP TABLE IF EXISTS rnd")
+    admin.execute("CREATE TABLE rnd (id int PRIMARY KEY, body text, emb vector(384))")
+    shards = rng.choice([4, 8, 16])
+    admin.execute("SELECT create_distributed_table('rnd', 'id', shard_count := %s)", (shards,))
+    log.append(f"{shards} shards")
+    model = {}   # name -> options: what every node must hold
+    rows = {}    # id -> body
+    next_id = 1
+
+    def text():
+        return " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 12)))
+
+    def check_registrations(what):
+        for port in [PORT] + WORKERS:
+            got = registrations(port)
+            if got != model:
+                raise Failure(f"after {what}: node :{port} holds {got}, the model {model}")
+
+    def check_vectors(what, complete):
+        wrong = admin.execute(
+            "SELECT count(*) FROM rnd WHERE emb IS NOT NULL"
+            " AND emb::text <> embed('minilm', body)::vector(384)::text").fetchone()[0]
+        if wrong:
+            raise Failure(f"after {what}: {wrong} rows hold another text's vector")
+        got = dict(admin.execute("SELECT id, body FROM rnd").fetchall())
+        if got != rows:
+            raise Failure(f"after {what}: the table's rows differ from the model's ({len(got)} against {len(rows)})")
+        if complete:
+            empty = admin.execute("SELECT count(*) FROM rnd WHERE emb IS NULL AND body IS NOT NULL").fetchone()[0]
+            if empty:
+                raise Failure(f"after {what}: {empty} rows without a vector")
+
+    for step in range(steps):
+        op = rng.choice(["register", "register", "drop", "insert", "insert", "update", "delete",
+                         "truncate", "backfill", "backfill", "restart"])
+        if op == "register":
+            name, options = rng.choice(NAMES), rng.choice(OPTIONS)
+            fault = rng.choice([None, None, "files", "down"])
+            worker = rng.choice(WORKERS)
+            what = f"register {name} {json.dumps(options)} fault={fault}@{worker}"
+            if fault == "files":
+                with connect(worker) as w:
+                    w.execute(f"ALTER SYSTEM SET pg_embed.model_dir = '{EMPTY_DIR}'")
+                    w.execute("SELECT pg_reload_conf()")
+                time.sleep(0.2)
+            elif fault == "down":
+                node_server(worker, "stop")
+            try:
+                admin.execute("SELECT embed.register_model(%s, 'all-MiniLM-L6-v2', %s::jsonb)",
+                              (name, json.dumps(options)))
+                if fault:
+                    raise Failure(f"{what}: succeeded")
+                model[name] = options
+            except psycopg.Error as e:
+                if not fault:
+                    raise Failure(f"{what}: {e}")
+                expected = "58P01" if fault == "files" else "08006"
+                if e.sqlstate != expected or f":{worker}" not in str(e):
+                    raise Failure(f"{what}: expected {expected} naming :{worker}, got {e.sqlstate} {e}")
+            finally:
+                if fault == "files":
+                    with connect(worker) as w:
+                        w.execute("ALTER SYSTEM RESET pg_embed.model_dir")
+                        w.execute("SELECT pg_reload_conf()")
+                    time.sleep(0.2)
+                elif fault == "down":
+                    node_server(worker, "start")
+                    reopen()
+            check_registrations(what)
+        elif op == "drop" and model:
+            name = rng.choice(sorted(model))
+            down = rng.random() < 0.3
+            worker = rng.choice(WORKERS)
+            what = f"drop {name} down={down}@{worker}"
+            if down:
+                node_server(worker, "stop")
+            try:
+                admin.execute("SELECT embed.drop_model(%s)", (name,))
+                if down:
+                    raise Failure(f"{what}: succeeded")
+                del model[name]
+            except psycopg.Error as e:
+                if not down or e.sqlstate != "08006":
+                    raise Failure(f"{what}: {e.sqlstate} {e}")
+            finally:
+                if down:
+                    node_server(worker, "start")
+                    reopen()
+            check_registrations(what)
+        elif op == "insert":
+            new = {next_id + i: text() for i in range(rng.randint(1, 30))}
+            next_id += len(new)
+            with admin.cursor() as cur:
+                cur.executemany("INSERT INTO rnd (id, body) VALUES (%s, %s)", list(new.items()))
+            rows.update(new)
+            what = f"insert {len(new)}"
+        elif op == "update" and rows:
+            ids = rng.sample(sorted(rows), min(len(rows), rng.randint(1, 10)))
+            for i in ids:
+                rows[i] = text()
+                admin.execute("UPDATE rnd SET body = %s, emb = NULL WHERE id = %s", (rows[i], i))
+            what = f"update {len(ids)}"
+        elif op == "delete" and rows:
+            ids = rng.sample(sorted(rows), min(len(rows), rng.randint(1, 10)))
+            admin.execute("DELETE FROM rnd WHERE id = ANY(%s)", (ids,))
+            for i in ids:
+                del rows[i]
+            what = f"delete {len(ids)}"
+        elif op == "truncate":
+            admin.execute("TRUNCATE rnd")
+            rows.clear()
+            what = "truncate"
+        elif op == "backfill":
+            batch = rng.choice([1, 7, 32, 64])
+            timeout = rng.choice([None, None, 300, 800])
+            what = f"backfill batch={batch} timeout={timeout}"
+            try:
+                admin.execute(f"SET statement_timeout = {timeout or 0}")
+                admin.execute("CALL embed.backfill('rnd', 'body', 'emb', 'minilm', %s)", (batch,))
+            except psycopg.errors.QueryCanceled:
+                if not timeout:
+                    raise
+            finally:
+                admin.execute("SET statement_timeout = 0")
+            time.sleep(0.3 if timeout else 0)  # (a cut-short run's workers stop at their next batch)
+            check_vectors(what, complete=not timeout)
+        elif op == "restart":
+            worker = rng.choice(WORKERS)
+            node_server(worker, "stop")
+            node_server(worker, "start")
+            reopen()
+            what = f"restart :{worker}"
+        else:
+            continue
+        log.append(what)
+
+    admin.execute("CALL embed.backfill('rnd', 'body', 'emb', 'minilm', 64)")
+    check_vectors("the last backfill", complete=True)
+    check_registrations("the end")
+    differences = admin.execute(
+        "SELECT count(*) FROM embed.cluster_check() WHERE model LIKE 'rnd\\_%'").fetchone()[0]
+    if differences:
+        raise Failure(f"cluster_check() lists {differences} differences")
+    return f"{len(rows)} rows, {len(model)} models; " + (", ".join(log) if os.environ.get("CITUS_VERBOSE") else f"{log[0]}, {len(log) - 1} steps")
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--first", type=int, default=1)
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--steps", type=int, default=16)
+    a = p.parse_args()
+    failed = 0
+    for seed in range(a.first, a.first + a.seeds):
+        t0 = time.time()
+        try:
+            summary = run_seed(seed, a.steps)
+            print(f"    seed {seed}: ok ({summary}; {time.time() - t0:.1f} s)", flush=True)
+        except Exception as e:  # any failure: print the seed to replay
+            failed += 1
+            print(f"FAIL: seed {seed}: {e}\n    replay: tests/citus/citus_random.py --first {seed} --seeds 1 --steps {a.steps}",
+                  flush=True)
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
