@@ -90,6 +90,10 @@ DECLARE
 BEGIN
     -- The enqueue function, as the vectorizer's columns are now.
     EXECUTE embed._vectorize_enqueue_source(v);
+    IF embed._citus_kind(v.tbl) IS NOT NULL THEN
+        PERFORM set_config('citus.enable_unsafe_triggers', 'on', true);  -- (Citus's conditions)
+        PERFORM set_config('citus.multi_shard_modify_mode', 'sequential', true);
+    END IF;
     fn := format('embed.%I()', name)::regprocedure;
     IF queue_new AND NOT EXISTS (SELECT FROM pg_trigger t WHERE t.tgrelid = v.tbl AND t.tgname = name || '_ins') THEN
         -- After DDL, with the table itself not yet given its triggers: a restore (pg_dump
@@ -156,11 +160,15 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     PERFORM embed._may_vectorize(tbl, 'vectorize');
-    IF embed._citus_kind(tbl) IS NOT NULL THEN
+    IF embed._citus_kind(tbl) IN ('reference', 'local') THEN
         RAISE EXCEPTION 'cannot vectorize %: it is a Citus % table', tbl, embed._citus_kind(tbl)
             USING ERRCODE = 'feature_not_supported',
                   HINT = 'Keep the column filled with embed.embed_trigger (citus.enable_unsafe_triggers = on), '
                          'or fill it with embed.backfill; see the README''s "Scaling out".';
+    END IF;
+    IF embed._citus_kind(tbl) = 'distributed' AND NOT embed._citus_coordinator() THEN
+        RAISE EXCEPTION 'cannot vectorize distributed table % on a worker node', tbl
+            USING ERRCODE = 'feature_not_supported', HINT = 'Call embed.vectorize on the coordinator.';
     END IF;
     IF pg_partition_root(tbl) <> tbl THEN
         RAISE EXCEPTION 'cannot vectorize %: it is a partition of %', tbl, pg_partition_root(tbl)
@@ -195,6 +203,9 @@ BEGIN
            key_attnum = EXCLUDED.key_attnum, source_attnum = EXCLUDED.source_attnum,
            target_attnum = EXCLUDED.target_attnum, paused_until = NULL
     RETURNING z.* INTO made;
+    IF embed._citus_kind(tbl) = 'distributed' THEN
+        RETURN embed._vectorize_citus(made, every_row);
+    END IF;
     PERFORM embed._vectorize_sync(made, false);
     EXECUTE format('INSERT INTO embed.vectorize_queue (vectorizer, key)
                     SELECT $1, t.%I::text FROM %s t WHERE t.%I IS NOT NULL AND ($2 OR t.%I IS NULL)
@@ -217,7 +228,11 @@ BEGIN
     PERFORM embed._require_primary('embed.unvectorize');
     v := embed._vectorizer(tbl, target_column);
     PERFORM embed._may_vectorize(tbl, 'unvectorize');
-    -- The vectorizer first: the DDL trigger refuses to drop the triggers of one that exists.
+    -- The vectorizer first: the DDL trigger refuses to drop the triggers of one that exists
+    -- (on a Citus coordinator, the workers' copies first).
+    IF embed._citus_kind(tbl) = 'distributed' THEN
+        PERFORM embed._unvectorize_citus(v.id);
+    END IF;
     DELETE FROM embed.vectorizers WHERE id = v.id;
     PERFORM embed._vectorize_drop_triggers(v.id);
 END
@@ -282,12 +297,24 @@ RETURNS void LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     t record;
 BEGIN
+    IF to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL THEN
+        -- (A distributed table's triggers, and its function afterwards on one connection a node.)
+        PERFORM set_config('citus.enable_unsafe_triggers', 'on', true);
+        PERFORM set_config('citus.multi_shard_modify_mode', 'sequential', true);
+    END IF;
     FOR t IN SELECT g.tgname, g.tgrelid::regclass AS rel FROM pg_trigger g
               WHERE g.tgname IN (format('pg_embed_vectorize_%s_ins', vid), format('pg_embed_vectorize_%s_upd', vid))
     LOOP
         EXECUTE format('DROP TRIGGER IF EXISTS %I ON %s', t.tgname, t.rel);
     END LOOP;
-    EXECUTE format('DROP FUNCTION IF EXISTS embed.%I()', 'pg_embed_vectorize_' || vid);
+    -- On a Citus worker the function of a coordinator's vectorizer is the coordinator's to drop.
+    IF to_regclass('pg_catalog.pg_dist_local_group') IS NOT NULL AND NOT embed._citus_coordinator()
+       AND to_regprocedure(format('embed.%I()', 'pg_embed_vectorize_' || vid)) IS NOT NULL THEN
+        RETURN;
+    END IF;
+    -- CASCADE: on a Citus coordinator, a shard moved away leaves its old copy (with this
+    -- function's trigger) on the old node until Citus removes it.
+    EXECUTE format('DROP FUNCTION IF EXISTS embed.%I() CASCADE', 'pg_embed_vectorize_' || vid);
 END
 $$;
 
@@ -354,6 +381,9 @@ BEGIN
         IF EXISTS (SELECT FROM embed.models m WHERE m.name = v.model) THEN
             PERFORM embed._check_target(v.tbl, v.model, v.source_column, v.target_column);
         END IF;
+        -- A worker's copy of a coordinator's vectorizer: the coordinator keeps its function
+        -- and trigger (Citus carries both to this node).
+        CONTINUE WHEN embed._citus_kind(v.tbl) IS NOT NULL AND NOT embed._citus_coordinator();
         PERFORM embed._vectorize_sync(v, true);
     END LOOP;
 END
@@ -787,6 +817,208 @@ BEGIN
 END
 $$;
 
+-- ---- embed.vectorize of a distributed table ------------------------------------------------
+-- The vectorizer's queue trigger is put on the distributed table itself, so Citus puts it on
+-- every shard, on whichever node a shard lives now or later (moves and splits carry it). Every
+-- worker holds a copy of the vectorizer row (the same id, its table the worker's copy of the
+-- distributed table), so a shard's trigger queues the keys of its rows on the node that holds
+-- it, and that node's background workers embed them: they read and write the distributed table
+-- by key through Citus from that node (a key whose shard moved meanwhile is still found).
+
+-- Whether this node is a Citus coordinator (group 0).
+CREATE FUNCTION embed._citus_coordinator()
+RETURNS boolean LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    is_it boolean;
+BEGIN
+    IF to_regclass('pg_catalog.pg_dist_local_group') IS NULL THEN
+        RETURN false;
+    END IF;
+    EXECUTE 'SELECT groupid = 0 FROM pg_catalog.pg_dist_local_group' INTO is_it;
+    RETURN coalesce(is_it, false);
+END
+$$;
+
+-- The Citus table that `rel` is a shard of on this node, or NULL.
+CREATE FUNCTION embed._citus_shard_of(rel regclass)
+RETURNS regclass LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    logical regclass;
+BEGIN
+    IF to_regclass('pg_catalog.pg_dist_shard') IS NULL THEN
+        RETURN NULL;
+    END IF;
+    EXECUTE 'SELECT s.logicalrelid FROM pg_catalog.pg_dist_shard s
+              WHERE $1::text LIKE ''%\_'' || s.shardid
+                AND to_regclass(pg_catalog.shard_name(s.logicalrelid, s.shardid, false)) = $1'
+        INTO logical USING rel;
+    RETURN logical;
+END
+$$;
+
+-- On a worker: makes (or updates) this node's copy of the coordinator's vectorizer `v` (its
+-- table named by `tbl`, this node's copy of the distributed table).
+CREATE FUNCTION embed._vectorize_node(v jsonb, tbl text)
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    z embed.vectorizers := jsonb_populate_record(NULL::embed.vectorizers, v - 'tbl');
+BEGIN
+    z.tbl := tbl::regclass;
+    IF EXISTS (SELECT FROM embed.vectorizers x WHERE x.id = z.id AND (x.tbl, x.target_column) <> (z.tbl, z.target_column)) THEN
+        RAISE EXCEPTION 'vectorizer id % is taken on this node by %.%', z.id,
+            (SELECT x.tbl FROM embed.vectorizers x WHERE x.id = z.id), (SELECT x.target_column FROM embed.vectorizers x WHERE x.id = z.id)
+            USING ERRCODE = 'duplicate_object';
+    END IF;
+    INSERT INTO embed.vectorizers AS x (id, tbl, source_column, target_column, model, batch_size, key_column, key_type,
+                                        owner, key_attnum, source_attnum, target_attnum)
+    VALUES (z.id, z.tbl, z.source_column, z.target_column, z.model, z.batch_size, z.key_column, z.key_type, z.owner,
+            z.key_attnum, z.source_attnum, z.target_attnum)
+    ON CONFLICT (id) DO UPDATE
+       SET source_column = EXCLUDED.source_column, model = EXCLUDED.model, batch_size = EXCLUDED.batch_size,
+           key_column = EXCLUDED.key_column, key_type = EXCLUDED.key_type, owner = EXCLUDED.owner,
+           key_attnum = EXCLUDED.key_attnum, source_attnum = EXCLUDED.source_attnum,
+           target_attnum = EXCLUDED.target_attnum, paused_until = NULL;
+    -- This node's own vectorizers take ids after it.
+    PERFORM setval('embed.vectorizers_id_seq', greatest(z.id, (SELECT last_value FROM embed.vectorizers_id_seq)));
+END
+$$;
+
+-- On a worker: queues the keys of the rows of this node's shards of vectorizer `vid`'s table
+-- that have a source and (unless every_row) no vector; returns how many.
+CREATE FUNCTION embed._vectorize_queue_shards(vid integer, every_row boolean)
+RETURNS integer LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+SET DateStyle = 'ISO, YMD' SET IntervalStyle = 'postgres' SET TimeZone = 'UTC'
+SET extra_float_digits = 3 SET bytea_output = 'hex' SET lc_monetary = 'C' AS $$
+DECLARE
+    v embed.vectorizers;
+    shard regclass;
+    n integer;
+    total integer := 0;
+BEGIN
+    SELECT * INTO STRICT v FROM embed.vectorizers WHERE id = vid;
+    FOR shard IN EXECUTE 'SELECT to_regclass(pg_catalog.shard_name(s.logicalrelid, s.shardid, false))
+                            FROM pg_catalog.pg_dist_shard s WHERE s.logicalrelid = $1' USING v.tbl LOOP
+        CONTINUE WHEN shard IS NULL;  -- a shard on another node
+        EXECUTE format('INSERT INTO embed.vectorize_queue (vectorizer, key)
+                        SELECT $1, t.%I::text FROM %s t WHERE t.%I IS NOT NULL AND ($2 OR t.%I IS NULL)
+                           AND NOT EXISTS (SELECT FROM embed.vectorize_queue q WHERE q.vectorizer = $1 AND q.key = t.%I::text)',
+                       v.key_column, shard, v.source_column, v.target_column, v.key_column)
+            USING v.id, every_row;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        total := total + n;
+    END LOOP;
+    PERFORM embed._vectorize_launch(true);
+    RETURN total;
+END
+$$;
+
+-- On the coordinator, for embed.vectorize of a distributed table (the vectorizer `made`
+-- already in embed.vectorizers here): gives every worker its copy, puts the queue trigger on
+-- the distributed table (Citus carries it to the shards), then has each worker queue its
+-- shards' rows. Returns the rows queued. A worker that refuses: the workers' copies are
+-- removed again and the error names it.
+CREATE FUNCTION embed._vectorize_citus(made embed.vectorizers, every_row boolean)
+RETURNS integer LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    hosts text[];
+    ports integer[];
+    nodes text[];
+    n integer;
+    answers text[];
+    failed integer;
+    queued integer := 0;
+    k integer;
+BEGIN
+    SELECT array_agg(w.host), array_agg(w.port), array_agg(w.node), count(*) INTO hosts, ports, nodes, n
+      FROM embed._citus_workers() w;
+    IF n = 0 THEN
+        RETURN 0;
+    END IF;
+    answers := embed._run_on_workers(hosts, ports, array_fill(format('SELECT embed._on_node(%L)',
+        format('SELECT embed._vectorize_node(%L::jsonb, %L)', to_jsonb(made) - 'tbl', made.tbl::text)), ARRAY[n]));
+    failed := (SELECT min(i) FROM generate_subscripts(answers, 1) i WHERE answers[i] <> 'ok');
+    IF failed IS NULL THEN
+        BEGIN
+            -- The trigger on every shard (Citus asks for this setting to allow it).
+            PERFORM set_config('citus.enable_unsafe_triggers', 'on', true);
+            PERFORM embed._vectorize_sync(made, false);
+            answers := embed._run_on_workers(hosts, ports, array_fill(
+                format('SELECT embed._vectorize_queue_shards(%s, %L)', made.id, every_row), ARRAY[n]));
+            failed := (SELECT min(i) FROM generate_subscripts(answers, 1) i WHERE answers[i] !~ '^[0-9]+$');
+            IF failed IS NULL THEN
+                FOR k IN 1 .. n LOOP
+                    queued := queued + answers[k]::integer;
+                END LOOP;
+                RETURN queued;
+            END IF;
+        EXCEPTION WHEN OTHERS THEN
+            answers := array_fill(SQLSTATE || ' ' || SQLERRM, ARRAY[n]);
+            failed := 0;
+        END;
+    END IF;
+    PERFORM embed._run_on_workers(hosts, ports, array_fill(format(
+        'SELECT embed._on_node(%L)', format('DELETE FROM embed.vectorizers WHERE id = %s', made.id)), ARRAY[n]));
+    IF failed = 0 THEN
+        RAISE EXCEPTION 'embed.vectorize(%): %', made.tbl, substr(answers[1], 7) USING ERRCODE = left(answers[1], 5);
+    END IF;
+    RAISE EXCEPTION 'embed.vectorize(%): worker node % refused: %', made.tbl, nodes[failed], substr(answers[failed], 7)
+        USING ERRCODE = CASE WHEN answers[failed] ~ '^[0-9A-Z]{5} ' THEN left(answers[failed], 5) ELSE 'XX000' END;
+END
+$$;
+
+-- On the coordinator: removes the workers' copies of vectorizer `vid` (with their queues and
+-- errors), before embed.unvectorize removes its trigger and function.
+CREATE FUNCTION embed._unvectorize_citus(vid integer)
+RETURNS void LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    hosts text[];
+    ports integer[];
+    nodes text[];
+    n integer;
+    answers text[];
+    failed integer;
+BEGIN
+    SELECT array_agg(w.host), array_agg(w.port), array_agg(w.node), count(*) INTO hosts, ports, nodes, n
+      FROM embed._citus_workers() w;
+    IF n = 0 THEN
+        RETURN;
+    END IF;
+    answers := embed._run_on_workers(hosts, ports, array_fill(format(
+        'SELECT embed._on_node(%L)', format('DELETE FROM embed.vectorizers WHERE id = %s', vid)), ARRAY[n]));
+    failed := (SELECT min(k) FROM generate_subscripts(answers, 1) k WHERE answers[k] <> 'ok');
+    IF failed IS NOT NULL THEN
+        RAISE EXCEPTION 'embed.unvectorize: worker node % refused: %', nodes[failed], substr(answers[failed], 7)
+            USING ERRCODE = left(answers[failed], 5);
+    END IF;
+END
+$$;
+
+-- On the coordinator: rows of vectorizer `vid` still queued on the workers (NULL when one
+-- cannot be asked).
+CREATE FUNCTION embed._citus_queued(vid integer)
+RETURNS bigint LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    hosts text[];
+    ports integer[];
+    n integer;
+    answers text[];
+BEGIN
+    SELECT array_agg(w.host), array_agg(w.port), count(*) INTO hosts, ports, n FROM embed._citus_workers() w;
+    IF n = 0 THEN
+        RETURN 0;
+    END IF;
+    answers := embed._run_on_workers(hosts, ports, array_fill(format(
+        'SELECT count(*) FROM embed.vectorize_queue WHERE vectorizer = %s', vid), ARRAY[n]));
+    IF EXISTS (SELECT FROM unnest(answers) a WHERE a !~ '^[0-9]+$') THEN
+        RETURN NULL;
+    END IF;
+    RETURN (SELECT sum(a::bigint) FROM unnest(answers) a);
+END
+$$;
+
+REVOKE ALL ON FUNCTION embed._vectorize_node(jsonb, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION embed._vectorize_queue_shards(integer, boolean) FROM PUBLIC;
+
 CREATE OR REPLACE PROCEDURE embed.backfill(tbl regclass, source_column text, target_column text, model text,
                                 batch_size integer DEFAULT 64)
 -- No SET clause: a procedure with one cannot COMMIT. It runs as the caller; the names it
@@ -938,14 +1170,41 @@ BEGIN
                 AND p.proname LIKE 'pg\_embed\_vectorize\_%'
                 AND NOT EXISTS (SELECT FROM embed.vectorizers v
                                  WHERE p.proname = 'pg_embed_vectorize_' || v.id
-                                   AND tr.tgrelid IN (SELECT embed._vectorized_tables(v.tbl)))
+                                   AND (tr.tgrelid IN (SELECT embed._vectorized_tables(v.tbl))
+                                        -- a shard of a distributed table vectorized from the
+                                        -- coordinator, on a node that has the vectorizer's copy
+                                        OR embed._citus_shard_of(tr.tgrelid) IN (SELECT embed._vectorized_tables(v.tbl))))
     LOOP
         RAISE EXCEPTION 'the queue trigger of embed.vectorize cannot be put on %', t.tgrelid::regclass
             USING ERRCODE = 'feature_not_supported',
                   DETAIL = format('%s queues rows for a table vectorized on another node (a Citus shard?).', t.proname),
-                  HINT = 'embed.vectorize does not support Citus tables: run embed.unvectorize first, then '
-                         'keep the column filled with embed.embed_trigger or embed.backfill.';
+                  HINT = 'A vectorized table cannot be distributed: run embed.unvectorize first, distribute it, '
+                         'then call embed.vectorize on the coordinator.';
     END LOOP;
 END
 $$;
 
+CREATE OR REPLACE FUNCTION embed.vectorize_wait(tbl regclass, target_column text, timeout interval DEFAULT '1 minute')
+RETURNS boolean LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    vid integer := (embed._vectorizer(tbl, target_column)).id;
+    deadline timestamptz := clock_timestamp() + timeout;
+BEGIN
+    IF timeout IS NULL THEN
+        RAISE EXCEPTION 'timeout must not be NULL'
+            USING ERRCODE = 'null_value_not_allowed', HINT = 'Give an interval, e.g. ''5 minutes''.';
+    END IF;
+    PERFORM embed._vectorize_launch(false);
+    LOOP
+        -- (A distributed table's rows are queued on the workers that hold them.)
+        IF NOT EXISTS (SELECT FROM embed.vectorize_queue q WHERE q.vectorizer = vid)
+           AND (embed._citus_kind(tbl) IS DISTINCT FROM 'distributed' OR embed._citus_queued(vid) = 0) THEN
+            RETURN true;
+        END IF;
+        IF clock_timestamp() >= deadline THEN
+            RETURN false;
+        END IF;
+        PERFORM pg_sleep(0.02);
+    END LOOP;
+END
+$$;

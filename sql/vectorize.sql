@@ -193,6 +193,10 @@ DECLARE
 BEGIN
     -- The enqueue function, as the vectorizer's columns are now.
     EXECUTE embed._vectorize_enqueue_source(v);
+    IF embed._citus_kind(v.tbl) IS NOT NULL THEN
+        PERFORM set_config('citus.enable_unsafe_triggers', 'on', true);  -- (Citus's conditions)
+        PERFORM set_config('citus.multi_shard_modify_mode', 'sequential', true);
+    END IF;
     fn := format('embed.%I()', name)::regprocedure;
     IF queue_new AND NOT EXISTS (SELECT FROM pg_trigger t WHERE t.tgrelid = v.tbl AND t.tgname = name || '_ins') THEN
         -- After DDL, with the table itself not yet given its triggers: a restore (pg_dump
@@ -259,11 +263,15 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     PERFORM embed._may_vectorize(tbl, 'vectorize');
-    IF embed._citus_kind(tbl) IS NOT NULL THEN
+    IF embed._citus_kind(tbl) IN ('reference', 'local') THEN
         RAISE EXCEPTION 'cannot vectorize %: it is a Citus % table', tbl, embed._citus_kind(tbl)
             USING ERRCODE = 'feature_not_supported',
                   HINT = 'Keep the column filled with embed.embed_trigger (citus.enable_unsafe_triggers = on), '
                          'or fill it with embed.backfill; see the README''s "Scaling out".';
+    END IF;
+    IF embed._citus_kind(tbl) = 'distributed' AND NOT embed._citus_coordinator() THEN
+        RAISE EXCEPTION 'cannot vectorize distributed table % on a worker node', tbl
+            USING ERRCODE = 'feature_not_supported', HINT = 'Call embed.vectorize on the coordinator.';
     END IF;
     IF pg_partition_root(tbl) <> tbl THEN
         RAISE EXCEPTION 'cannot vectorize %: it is a partition of %', tbl, pg_partition_root(tbl)
@@ -298,6 +306,9 @@ BEGIN
            key_attnum = EXCLUDED.key_attnum, source_attnum = EXCLUDED.source_attnum,
            target_attnum = EXCLUDED.target_attnum, paused_until = NULL
     RETURNING z.* INTO made;
+    IF embed._citus_kind(tbl) = 'distributed' THEN
+        RETURN embed._vectorize_citus(made, every_row);
+    END IF;
     PERFORM embed._vectorize_sync(made, false);
     EXECUTE format('INSERT INTO embed.vectorize_queue (vectorizer, key)
                     SELECT $1, t.%I::text FROM %s t WHERE t.%I IS NOT NULL AND ($2 OR t.%I IS NULL)
@@ -320,7 +331,11 @@ BEGIN
     PERFORM embed._require_primary('embed.unvectorize');
     v := embed._vectorizer(tbl, target_column);
     PERFORM embed._may_vectorize(tbl, 'unvectorize');
-    -- The vectorizer first: the DDL trigger refuses to drop the triggers of one that exists.
+    -- The vectorizer first: the DDL trigger refuses to drop the triggers of one that exists
+    -- (on a Citus coordinator, the workers' copies first).
+    IF embed._citus_kind(tbl) = 'distributed' THEN
+        PERFORM embed._unvectorize_citus(v.id);
+    END IF;
     DELETE FROM embed.vectorizers WHERE id = v.id;
     PERFORM embed._vectorize_drop_triggers(v.id);
 END
@@ -490,7 +505,9 @@ BEGIN
     END IF;
     PERFORM embed._vectorize_launch(false);
     LOOP
-        IF NOT EXISTS (SELECT FROM embed.vectorize_queue q WHERE q.vectorizer = vid) THEN
+        -- (A distributed table's rows are queued on the workers that hold them.)
+        IF NOT EXISTS (SELECT FROM embed.vectorize_queue q WHERE q.vectorizer = vid)
+           AND (embed._citus_kind(tbl) IS DISTINCT FROM 'distributed' OR embed._citus_queued(vid) = 0) THEN
             RETURN true;
         END IF;
         IF clock_timestamp() >= deadline THEN
@@ -508,12 +525,24 @@ RETURNS void LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     t record;
 BEGIN
+    IF to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL THEN
+        -- (A distributed table's triggers, and its function afterwards on one connection a node.)
+        PERFORM set_config('citus.enable_unsafe_triggers', 'on', true);
+        PERFORM set_config('citus.multi_shard_modify_mode', 'sequential', true);
+    END IF;
     FOR t IN SELECT g.tgname, g.tgrelid::regclass AS rel FROM pg_trigger g
               WHERE g.tgname IN (format('pg_embed_vectorize_%s_ins', vid), format('pg_embed_vectorize_%s_upd', vid))
     LOOP
         EXECUTE format('DROP TRIGGER IF EXISTS %I ON %s', t.tgname, t.rel);
     END LOOP;
-    EXECUTE format('DROP FUNCTION IF EXISTS embed.%I()', 'pg_embed_vectorize_' || vid);
+    -- On a Citus worker the function of a coordinator's vectorizer is the coordinator's to drop.
+    IF to_regclass('pg_catalog.pg_dist_local_group') IS NOT NULL AND NOT embed._citus_coordinator()
+       AND to_regprocedure(format('embed.%I()', 'pg_embed_vectorize_' || vid)) IS NOT NULL THEN
+        RETURN;
+    END IF;
+    -- CASCADE: on a Citus coordinator, a shard moved away leaves its old copy (with this
+    -- function's trigger) on the old node until Citus removes it.
+    EXECUTE format('DROP FUNCTION IF EXISTS embed.%I() CASCADE', 'pg_embed_vectorize_' || vid);
 END
 $$;
 
@@ -580,6 +609,9 @@ BEGIN
         IF EXISTS (SELECT FROM embed.models m WHERE m.name = v.model) THEN
             PERFORM embed._check_target(v.tbl, v.model, v.source_column, v.target_column);
         END IF;
+        -- A worker's copy of a coordinator's vectorizer: the coordinator keeps its function
+        -- and trigger (Citus carries both to this node).
+        CONTINUE WHEN embed._citus_kind(v.tbl) IS NOT NULL AND NOT embed._citus_coordinator();
         PERFORM embed._vectorize_sync(v, true);
     END LOOP;
 END

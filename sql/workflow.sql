@@ -492,13 +492,16 @@ BEGIN
                 AND p.proname LIKE 'pg\_embed\_vectorize\_%'
                 AND NOT EXISTS (SELECT FROM embed.vectorizers v
                                  WHERE p.proname = 'pg_embed_vectorize_' || v.id
-                                   AND tr.tgrelid IN (SELECT embed._vectorized_tables(v.tbl)))
+                                   AND (tr.tgrelid IN (SELECT embed._vectorized_tables(v.tbl))
+                                        -- a shard of a distributed table vectorized from the
+                                        -- coordinator, on a node that has the vectorizer's copy
+                                        OR embed._citus_shard_of(tr.tgrelid) IN (SELECT embed._vectorized_tables(v.tbl))))
     LOOP
         RAISE EXCEPTION 'the queue trigger of embed.vectorize cannot be put on %', t.tgrelid::regclass
             USING ERRCODE = 'feature_not_supported',
                   DETAIL = format('%s queues rows for a table vectorized on another node (a Citus shard?).', t.proname),
-                  HINT = 'embed.vectorize does not support Citus tables: run embed.unvectorize first, then '
-                         'keep the column filled with embed.embed_trigger or embed.backfill.';
+                  HINT = 'A vectorized table cannot be distributed: run embed.unvectorize first, distribute it, '
+                         'then call embed.vectorize on the coordinator.';
     END LOOP;
 END
 $$;

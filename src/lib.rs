@@ -10,7 +10,7 @@
 
 pgrx::extension_sql_file!("../sql/catalog.sql", name = "catalog", bootstrap);
 pgrx::extension_sql_file!("../sql/vectorize.sql", name = "vectorize");
-pgrx::extension_sql_file!("../sql/cluster.sql", name = "cluster");
+pgrx::extension_sql_file!("../sql/cluster.sql", name = "cluster", requires = ["vectorize"]);
 pgrx::extension_sql_file!("../sql/workflow.sql", name = "workflow", finalize);
 
 mod cache;

@@ -11,8 +11,10 @@
 #      vectors bit for bit
 #   3. embed.backfill of a distributed table fills each row with its own vector (node by
 #      node, shard by shard), and again does nothing; a reference table is refused (0A000)
-#   4. embed.vectorize of a distributed table is refused (0A000); a vectorized table
-#      cannot be distributed, or its rows are refused: never a row silently left unqueued
+#   4. embed.vectorize of a distributed table: every row embedded by the node that holds it,
+#      through INSERT, UPDATE, DELETE, a column rename and shard moves; unvectorize and DROP
+#      TABLE leave nothing behind on any node; reference tables and calls on a worker refused
+#      (0A000); a plain vectorized table cannot be distributed (its rows would go unqueued)
 #   5. row and statement embed.embed_trigger on a distributed table
 #   6. similarity search: the same rows as an exact scan of the single node; where the
 #      query vector is computed for each query shape (pg_stat_user_functions per node)
@@ -241,16 +243,67 @@ expect_eq "rows written by the refused backfill" 10 "$(q1 "SELECT count(*) FROM 
 q -c "SELECT embed.drop_model('minilm_c')" -c "CALL embed.backfill('docs', 'body', 'emb', '$MODEL')" >/dev/null
 
 # ---- 4. vectorize ----------------------------------------------------------------------------------
-step "embed.vectorize and distributed tables"
-expect_error "vectorize of a distributed table" 0A000 "SELECT embed.vectorize('docs', 'body', 'emb', 'minilm')"
+step "embed.vectorize of a distributed table: each node embeds its shards' rows"
+# vec_check TABLE: rows without a vector (with a source), rows with a vector but no source, rows
+# whose vector is not embed() of their source, rows.
+vec_check() { q1 "SELECT count(*) FILTER (WHERE emb IS NULL AND body IS NOT NULL) || ' missing, '
+                        || count(*) FILTER (WHERE emb IS NOT NULL AND body IS NULL) || ' stale, '
+                        || count(*) FILTER (WHERE emb::text <> embed('$MODEL', body)::vector($DIM)::text) || ' wrong, of '
+                        || count(*) FROM $1"; }
+wait_vec() { expect_eq "vectorize_wait($1)" t "$(q1 "SELECT embed.vectorize_wait('$1', 'emb', '60 s')")"; }
+q <<SQL >/dev/null
+SET client_min_messages = warning;
+CREATE TABLE av (id bigint PRIMARY KEY, body text, emb vector($DIM));
+SELECT create_distributed_table('av', 'id', shard_count := 8);
+INSERT INTO av (id, body) SELECT id, body FROM single WHERE id <= 100;
+SQL
+expect_eq "vectorize queues the rows without a vector, on the workers" 100 "$(q1 "SELECT embed.vectorize('av', 'body', 'emb', '$MODEL')")"
+expect_eq "each worker has the vectorizer's copy" "1 1" \
+    "$(on1 "$W1" "SELECT count(*) FROM embed.vectorizers") $(on1 "$W2" "SELECT count(*) FROM embed.vectorizers")"
+wait_vec av
+expect_eq "after vectorize" "0 missing, 0 stale, 0 wrong, of 100" "$(vec_check av)"
+q <<SQL >/dev/null
+INSERT INTO av (id, body) SELECT id, body FROM single WHERE id > 100 AND id <= 150;
+UPDATE av SET body = 'changed ' || id::text WHERE id % 7 = 0;
+UPDATE av SET body = NULL WHERE id % 11 = 0;
+UPDATE av SET emb = NULL WHERE id % 13 = 0;
+DELETE FROM av WHERE id % 17 = 0;
+SQL
+wait_vec av
+expect_eq "after INSERT, UPDATE (source, NULL source, vector cleared), DELETE" "0 missing, 0 stale, 0 wrong, of 142" "$(vec_check av)"
+q -c "ALTER TABLE av RENAME COLUMN body TO content" -c "INSERT INTO av (id, content) VALUES (1001, 'after the rename')" >/dev/null
+expect_eq "vectorize_wait after RENAME COLUMN" t "$(q1 "SELECT embed.vectorize_wait('av', 'emb', '60 s')")"
+q -c "ALTER TABLE av RENAME COLUMN content TO body" >/dev/null
+expect_eq "after RENAME COLUMN (and back)" "0 missing, 0 stale, 0 wrong, of 143" "$(vec_check av)"
+# A shard moved to the other worker: Citus carries the trigger; rows written after the move are
+# queued and embedded there.
+q -c "SELECT citus_move_shard_placement(s.shardid, '127.0.0.1', s.nodeport, '127.0.0.1', CASE s.nodeport WHEN $W1 THEN $W2 ELSE $W1 END, shard_transfer_mode := 'block_writes')
+        FROM citus_shards s WHERE s.table_name = 'av'::regclass ORDER BY s.shardid LIMIT 2" >/dev/null
+q -c "INSERT INTO av (id, body) SELECT id, body FROM single WHERE id > 150 AND id <= 250" \
+  -c "UPDATE av SET body = 'changed after the move ' || id::text WHERE id % 5 = 0" >/dev/null
+wait_vec av
+expect_eq "after two shards moved, then INSERT and UPDATE" "0 missing, 0 stale, 0 wrong, of 243" "$(vec_check av)"
+expect_eq "errors on the workers" "0 0" \
+    "$(on1 "$W1" "SELECT count(*) FROM embed.vectorize_errors") $(on1 "$W2" "SELECT count(*) FROM embed.vectorize_errors")"
+q -c "SELECT embed.unvectorize('av', 'emb')" >/dev/null
+expect_eq "unvectorize: the workers' copies and the queue function gone" "0 0 0 0" \
+    "$(on1 "$W1" "SELECT count(*) FROM embed.vectorizers") $(on1 "$W2" "SELECT count(*) FROM embed.vectorizers") $(on1 "$W1" "SELECT count(*) FROM pg_proc WHERE proname LIKE 'pg\_embed\_vectorize\_%'") $(on1 "$W2" "SELECT count(*) FROM pg_proc WHERE proname LIKE 'pg\_embed\_vectorize\_%'")"
+q -c "INSERT INTO av (id, body) VALUES (2001, 'after unvectorize')" >/dev/null
+expect_eq "a row written after unvectorize is left alone" 1 "$(q1 "SELECT count(*) FROM av WHERE emb IS NULL AND body IS NOT NULL")"
+q -c "SELECT embed.vectorize('av', 'body', 'emb', '$MODEL')" >/dev/null
+wait_vec av
+q -c "DROP TABLE av" >/dev/null
+expect_eq "DROP TABLE of a vectorized distributed table: no vectorizer left on any node" "0 0 0" \
+    "$(q1 "SELECT count(*) FROM embed.vectorizers") $(on1 "$W1" "SELECT count(*) FROM embed.vectorizers") $(on1 "$W2" "SELECT count(*) FROM embed.vectorizers")"
 expect_error "vectorize of a reference table" 0A000 "SELECT embed.vectorize('ref', 'body', 'emb', 'minilm')"
+expect_error "vectorize of a distributed table on a worker" 0A000 "SELECT embed.vectorize('docs', 'body', 'emb', 'minilm')" "$W1"
 q <<'SQL' >/dev/null
 CREATE TABLE vec (id bigint PRIMARY KEY, body text, emb vector(384));
 SELECT embed.vectorize('vec', 'body', 'emb', 'minilm');
 SQL
 # Citus itself refuses a table with triggers (with its own XX000) unless told otherwise.
 expect_error "create_distributed_table of a vectorized table" XX000 "SELECT create_distributed_table('vec', 'id')"
-expect_error "... also with citus.enable_unsafe_triggers" 0A000 \
+expect_error "... also with citus.enable_unsafe_triggers (no worker has its vectorizer)" 0A000 \
     "SET citus.enable_unsafe_triggers = on; SELECT create_distributed_table('vec', 'id')"
 q -c "INSERT INTO vec VALUES (1, 'still a plain table')" -c "SELECT embed.vectorize_wait('vec', 'emb')" >/dev/null
 expect_eq "the vectorized table still works" 1 "$(q1 "SELECT count(*) FROM vec WHERE emb IS NOT NULL")"
