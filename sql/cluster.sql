@@ -354,23 +354,6 @@ BEGIN
 END
 $$;
 
--- The Citus table that `rel` is a shard of on this node, or NULL.
-CREATE FUNCTION embed._citus_shard_of(rel regclass)
-RETURNS regclass LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    logical regclass;
-BEGIN
-    IF to_regclass('pg_catalog.pg_dist_shard') IS NULL THEN
-        RETURN NULL;
-    END IF;
-    EXECUTE 'SELECT s.logicalrelid FROM pg_catalog.pg_dist_shard s
-              WHERE $1::text LIKE ''%\_'' || s.shardid
-                AND to_regclass(pg_catalog.shard_name(s.logicalrelid, s.shardid, false)) = $1'
-        INTO logical USING rel;
-    RETURN logical;
-END
-$$;
-
 -- On a worker: makes (or updates) this node's copy of the coordinator's vectorizer `v` (its
 -- table named by `tbl`, this node's copy of the distributed table).
 CREATE FUNCTION embed._vectorize_node(v jsonb, tbl text)

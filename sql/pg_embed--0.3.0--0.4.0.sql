@@ -47,6 +47,14 @@ RETURNS text LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $src$
     SELECT format($f$CREATE OR REPLACE FUNCTION embed.%1$I() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp%2$s AS $body$
 BEGIN
+    -- (On a Citus node that has no copy of the vectorizer: a node added, or a table
+    -- distributed, after embed.vectorize.)
+    IF NOT EXISTS (SELECT FROM embed.vectorizers WHERE id = %3$s) THEN
+        RAISE EXCEPTION 'cannot queue the rows of %%: its vectorizer (%3$s) has no copy on this node', TG_TABLE_NAME
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Call embed.vectorize again on the Citus coordinator: it gives every node its copy '
+                         '(a vectorized table with rows cannot be distributed: unvectorize it first).';
+    END IF;
     IF TG_OP = 'INSERT' THEN
         INSERT INTO embed.vectorize_queue (vectorizer, key) SELECT %3$s, n.%4$I::text FROM pg_embed_new n;
     ELSE
@@ -839,23 +847,6 @@ BEGIN
 END
 $$;
 
--- The Citus table that `rel` is a shard of on this node, or NULL.
-CREATE FUNCTION embed._citus_shard_of(rel regclass)
-RETURNS regclass LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    logical regclass;
-BEGIN
-    IF to_regclass('pg_catalog.pg_dist_shard') IS NULL THEN
-        RETURN NULL;
-    END IF;
-    EXECUTE 'SELECT s.logicalrelid FROM pg_catalog.pg_dist_shard s
-              WHERE $1::text LIKE ''%\_'' || s.shardid
-                AND to_regclass(pg_catalog.shard_name(s.logicalrelid, s.shardid, false)) = $1'
-        INTO logical USING rel;
-    RETURN logical;
-END
-$$;
-
 -- On a worker: makes (or updates) this node's copy of the coordinator's vectorizer `v` (its
 -- table named by `tbl`, this node's copy of the distributed table).
 CREATE FUNCTION embed._vectorize_node(v jsonb, tbl text)
@@ -1138,49 +1129,6 @@ BEGIN
             RAISE WARNING 'pg_embed.preload: %', SQLERRM;
         END;
     END IF;
-END
-$$;
-
-CREATE OR REPLACE FUNCTION embed._check_new_triggers() RETURNS event_trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    t record;
-    args text[];
-BEGIN
-    FOR t IN SELECT tr.tgrelid, tr.tgnargs, tr.tgargs
-               FROM pg_event_trigger_ddl_commands() c
-               JOIN pg_trigger tr ON tr.oid = c.objid
-              WHERE c.classid = 'pg_trigger'::regclass AND tr.tgfoid = 'embed.embed_trigger'::regproc
-    LOOP
-        CONTINUE WHEN t.tgnargs <> 3;
-        -- tgargs: each argument followed by a NUL byte (escape encoding shows it as \000 and
-        -- doubles backslashes).
-        SELECT array_agg(replace(a, '\\', '\') ORDER BY n) INTO args
-          FROM unnest(string_to_array(encode(t.tgargs, 'escape'), '\000')) WITH ORDINALITY AS x(a, n)
-         WHERE n <= 3;
-        PERFORM embed._check_source(t.tgrelid, args[1], args[2]);
-    END LOOP;
-    -- A vectorizer's queue trigger on a table that is not its own (a shard that Citus made
-    -- of a vectorized table, where no vectorizer or worker would ever read the queue).
-    FOR t IN SELECT tr.tgrelid, p.proname
-               FROM pg_event_trigger_ddl_commands() c
-               JOIN pg_trigger tr ON tr.oid = c.objid
-               JOIN pg_proc p ON p.oid = tr.tgfoid
-              WHERE c.classid = 'pg_trigger'::regclass AND p.pronamespace = 'embed'::regnamespace
-                AND p.proname LIKE 'pg\_embed\_vectorize\_%'
-                AND NOT EXISTS (SELECT FROM embed.vectorizers v
-                                 WHERE p.proname = 'pg_embed_vectorize_' || v.id
-                                   AND (tr.tgrelid IN (SELECT embed._vectorized_tables(v.tbl))
-                                        -- a shard of a distributed table vectorized from the
-                                        -- coordinator, on a node that has the vectorizer's copy
-                                        OR embed._citus_shard_of(tr.tgrelid) IN (SELECT embed._vectorized_tables(v.tbl))))
-    LOOP
-        RAISE EXCEPTION 'the queue trigger of embed.vectorize cannot be put on %', t.tgrelid::regclass
-            USING ERRCODE = 'feature_not_supported',
-                  DETAIL = format('%s queues rows for a table vectorized on another node (a Citus shard?).', t.proname),
-                  HINT = 'A vectorized table cannot be distributed: run embed.unvectorize first, distribute it, '
-                         'then call embed.vectorize on the coordinator.';
-    END LOOP;
 END
 $$;
 

@@ -144,6 +144,14 @@ RETURNS text LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $src$
     SELECT format($f$CREATE OR REPLACE FUNCTION embed.%1$I() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp%2$s AS $body$
 BEGIN
+    -- (On a Citus node that has no copy of the vectorizer: a node added, or a table
+    -- distributed, after embed.vectorize.)
+    IF NOT EXISTS (SELECT FROM embed.vectorizers WHERE id = %3$s) THEN
+        RAISE EXCEPTION 'cannot queue the rows of %%: its vectorizer (%3$s) has no copy on this node', TG_TABLE_NAME
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Call embed.vectorize again on the Citus coordinator: it gives every node its copy '
+                         '(a vectorized table with rows cannot be distributed: unvectorize it first).';
+    END IF;
     IF TG_OP = 'INSERT' THEN
         INSERT INTO embed.vectorize_queue (vectorizer, key) SELECT %3$s, n.%4$I::text FROM pg_embed_new n;
     ELSE

@@ -482,27 +482,6 @@ BEGIN
          WHERE n <= 3;
         PERFORM embed._check_source(t.tgrelid, args[1], args[2]);
     END LOOP;
-    -- A vectorizer's queue trigger on a table that is not its own (a shard that Citus made
-    -- of a vectorized table, where no vectorizer or worker would ever read the queue).
-    FOR t IN SELECT tr.tgrelid, p.proname
-               FROM pg_event_trigger_ddl_commands() c
-               JOIN pg_trigger tr ON tr.oid = c.objid
-               JOIN pg_proc p ON p.oid = tr.tgfoid
-              WHERE c.classid = 'pg_trigger'::regclass AND p.pronamespace = 'embed'::regnamespace
-                AND p.proname LIKE 'pg\_embed\_vectorize\_%'
-                AND NOT EXISTS (SELECT FROM embed.vectorizers v
-                                 WHERE p.proname = 'pg_embed_vectorize_' || v.id
-                                   AND (tr.tgrelid IN (SELECT embed._vectorized_tables(v.tbl))
-                                        -- a shard of a distributed table vectorized from the
-                                        -- coordinator, on a node that has the vectorizer's copy
-                                        OR embed._citus_shard_of(tr.tgrelid) IN (SELECT embed._vectorized_tables(v.tbl))))
-    LOOP
-        RAISE EXCEPTION 'the queue trigger of embed.vectorize cannot be put on %', t.tgrelid::regclass
-            USING ERRCODE = 'feature_not_supported',
-                  DETAIL = format('%s queues rows for a table vectorized on another node (a Citus shard?).', t.proname),
-                  HINT = 'A vectorized table cannot be distributed: run embed.unvectorize first, distribute it, '
-                         'then call embed.vectorize on the coordinator.';
-    END LOOP;
 END
 $$;
 CREATE EVENT TRIGGER embed_check_trigger ON ddl_command_end WHEN TAG IN ('CREATE TRIGGER')

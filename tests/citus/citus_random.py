@@ -11,11 +11,21 @@ Each seed makes a distributed table (a random shard count) and runs a random seq
     CALL embed.backfill (random batch size), sometimes cut short by statement_timeout;
     a worker restarted.
 
+and, on a second distributed table kept by embed.vectorize (a random key type: int, bigint,
+text, uuid, date, timestamptz or numeric), from transactions with random DateStyle, TimeZone
+and extra_float_digits (SET LOCAL, which Citus carries to the workers):
+
+    INSERT, UPDATE of the source, of the source to NULL, of the vector to NULL, DELETE,
+    TRUNCATE; a rename of the source column (and back); a shard moved to the other worker;
+    the vectorize workers of a node terminated; a worker restarted.
+
 The oracle is a Python model: the registrations every node must hold (a registration or
 drop either happens on every node or, when a fault makes it fail, on none), and the rows of
 the table. After every step each node's embed.models equals the model's; after every
 backfill no row holds a vector other than embed(model, its source); at the end, after a
-backfill without faults, every row holds exactly that and embed.cluster_check() is empty.
+backfill without faults, every row holds exactly that and embed.cluster_check() is empty; and
+after embed.vectorize_wait, every row of the vectorized table holds embed(model, source) of
+its current source (NULL for a NULL source).
 A failure prints the seed; run it again with
 
     tests/citus/citus_random.py --first N --seeds 1 [--steps S]
@@ -226,6 +236,143 @@ def run_seed(seed, steps):
     return f"{len(rows)} rows, {len(model)} models; " + (", ".join(log) if os.environ.get("CITUS_VERBOSE") else f"{log[0]}, {len(log) - 1} steps")
 
 
+KEY_TYPES = ["int", "bigint", "text", "uuid", "date", "timestamptz", "numeric"]
+DATESTYLES = ["ISO, MDY", "SQL, DMY", "German", "Postgres, DMY"]
+TIMEZONES = ["UTC", "America/New_York", "Asia/Kolkata", "Pacific/Chatham"]
+
+
+def key_literal(kind, i):
+    """The i-th key of a type, as SQL text that no session setting reads otherwise."""
+    if kind in ("int", "bigint"):
+        return str(i if kind == "int" else 10**12 + i * 7919)
+    if kind == "text":
+        return f"'key {i:04d} é'"
+    if kind == "uuid":
+        return f"'00000000-0000-4000-8000-{i:012d}'::uuid"
+    if kind == "date":
+        return f"(date '2024-01-01' + {i})"
+    if kind == "timestamptz":
+        return f"(timestamptz '2024-01-01 00:00:00+00' + interval '{i} hours 7 minutes')"
+    return f"({i}.125::numeric)"
+
+
+def run_vectorize_seed(seed, steps):
+    """The vectorized distributed table of seed `seed` (see the module's text)."""
+    rng = random.Random(seed * 7919 + 1)
+    kind = rng.choice(KEY_TYPES)
+    admin = connect(PORT)
+    admin.execute("SET client_min_messages = warning")
+    admin.execute("DROP TABLE IF EXISTS rvec")
+    admin.execute(f"CREATE TABLE rvec (k {kind} PRIMARY KEY, body text, emb vector(384))")
+    admin.execute("SELECT create_distributed_table('rvec', 'k', shard_count := %s)", (rng.choice([2, 4, 8]),))
+    rows = {}    # i -> body (None for a NULL source)
+    source = "body"
+    log = [f"{kind} key"]
+
+    def text():
+        return " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 10)))
+
+    def write(statement, params=()):
+        # A writer's settings, carried to the workers' connections as Citus does it (SET LOCAL
+        # with citus.propagate_set_commands = local: Citus sends the constants it folded on the
+        # coordinator as text, which a worker must read with the same DateStyle).
+        with connect(PORT) as w:
+            w.execute("SET citus.propagate_set_commands = 'local'")
+            with w.transaction():
+                w.execute(f"SET LOCAL DateStyle = '{rng.choice(DATESTYLES)}'")
+                w.execute(f"SET LOCAL TimeZone = '{rng.choice(TIMEZONES)}'")
+                w.execute(f"SET LOCAL extra_float_digits = {rng.choice([-15, 0, 3])}")
+                w.execute(statement, params)
+
+    def insert(n):
+        ids = rng.sample([i for i in range(1, 400) if i not in rows], n)
+        values = ", ".join(f"({key_literal(kind, i)}, %s)" for i in ids)
+        bodies = [text() for _ in ids]
+        write(f"INSERT INTO rvec (k, {source}) VALUES {values}", bodies)
+        rows.update(zip(ids, bodies))
+
+    admin.execute("SELECT embed.vectorize('rvec', 'body', 'emb', 'minilm')")
+    for step in range(steps):
+        op = rng.choice(["insert", "insert", "update", "null", "clear", "delete", "truncate", "rename",
+                         "move", "terminate", "restart"])
+        if op == "insert":
+            n = rng.randint(1, 20)
+            insert(n)
+            what = f"insert {n}"
+        elif op in ("update", "null", "clear", "delete") and rows:
+            ids = rng.sample(sorted(rows), min(len(rows), rng.randint(1, 8)))
+            keys = ", ".join(key_literal(kind, i) for i in ids)
+            if op == "update":
+                new = text()
+                write(f"UPDATE rvec SET {source} = %s WHERE k IN ({keys})", (new,))
+                for i in ids:
+                    rows[i] = new
+            elif op == "null":
+                write(f"UPDATE rvec SET {source} = NULL WHERE k IN ({keys})")
+                for i in ids:
+                    rows[i] = None
+            elif op == "clear":
+                write(f"UPDATE rvec SET emb = NULL WHERE k IN ({keys})")
+            else:
+                write(f"DELETE FROM rvec WHERE k IN ({keys})")
+                for i in ids:
+                    del rows[i]
+            what = f"{op} {len(ids)}"
+        elif op == "truncate":
+            admin.execute("TRUNCATE rvec")
+            rows.clear()
+            what = "truncate"
+        elif op == "rename":
+            new = "content" if source == "body" else "body"
+            admin.execute(f"ALTER TABLE rvec RENAME COLUMN {source} TO {new}")
+            source = new
+            what = f"rename to {new}"
+        elif op == "move":
+            admin.execute(
+                f"SELECT citus_move_shard_placement(s.shardid, '127.0.0.1', s.nodeport, '127.0.0.1',"
+                f" CASE s.nodeport WHEN {WORKERS[0]} THEN {WORKERS[1]} ELSE {WORKERS[0]} END,"
+                f" shard_transfer_mode := 'block_writes')"
+                f" FROM citus_shards s WHERE s.table_name = 'rvec'::regclass ORDER BY random() LIMIT 1")
+            what = "move a shard"
+        elif op == "terminate":
+            worker = rng.choice(WORKERS)
+            with connect(worker) as w:
+                n = w.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                              " WHERE backend_type = 'pg_embed vectorize'").fetchone()[0]
+            what = f"terminate {n} vectorize workers on :{worker}"
+        elif op == "restart":
+            worker = rng.choice(WORKERS)
+            node_server(worker, "stop")
+            node_server(worker, "start")
+            admin.close()
+            admin = connect(PORT)
+            admin.execute("SET client_min_messages = warning")
+            what = f"restart :{worker}"
+        else:
+            continue
+        log.append(what)
+
+    if source != "body":
+        admin.execute(f"ALTER TABLE rvec RENAME COLUMN {source} TO body")
+    if not admin.execute("SELECT embed.vectorize_wait('rvec', 'emb', '120 s')").fetchone()[0]:
+        raise Failure("vectorize_wait timed out")
+    wrong = admin.execute(
+        "SELECT count(*) FILTER (WHERE body IS NOT NULL AND (emb IS NULL OR emb::text <> embed('minilm', body)::vector(384)::text)),"
+        " count(*) FILTER (WHERE body IS NULL AND emb IS NOT NULL), count(*) FROM rvec").fetchone()
+    errors = sum(connect(w).execute("SELECT count(*) FROM embed.vectorize_errors").fetchone()[0] for w in WORKERS)
+    if wrong[0] or wrong[1] or wrong[2] != len(rows) or errors:
+        raise Failure(f"after the queue drained: {wrong[0]} rows without their vector, {wrong[1]} with a stale one,"
+                      f" {wrong[2]} rows against the model's {len(rows)}, {errors} errors")
+    bodies = dict(admin.execute("SELECT body, count(*) FROM rvec GROUP BY body").fetchall())
+    model_bodies = {}
+    for b in rows.values():
+        model_bodies[b] = model_bodies.get(b, 0) + 1
+    if bodies != model_bodies:
+        raise Failure("the table's sources differ from the model's")
+    admin.execute("DROP TABLE rvec")
+    return f"{len(rows)} rows; " + (", ".join(log) if os.environ.get("CITUS_VERBOSE") else f"{log[0]}, {len(log) - 1} steps")
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--first", type=int, default=1)
@@ -237,7 +384,9 @@ def main():
         t0 = time.time()
         try:
             summary = run_seed(seed, a.steps)
-            print(f"    seed {seed}: ok ({summary}; {time.time() - t0:.1f} s)", flush=True)
+            summary_v = run_vectorize_seed(seed, a.steps)
+            print(f"    seed {seed}: ok (registrations and backfill: {summary}; vectorize: {summary_v};"
+                  f" {time.time() - t0:.1f} s)", flush=True)
         except Exception as e:  # any failure: print the seed to replay
             failed += 1
             print(f"FAIL: seed {seed}: {e}\n    replay: tests/citus/citus_random.py --first {seed} --seeds 1 --steps {a.steps}",
