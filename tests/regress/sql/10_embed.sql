@@ -66,8 +66,17 @@ SELECT * FROM pg_temp.array_check();
 SELECT count(*) AS rows FROM embed('minilm', '{}'::text[]);
 DROP TABLE inputs;
 
+-- embed.model_files: every file of the folder, each digest equal to PostgreSQL's own sha256
+-- of the file.
+SELECT count(*) > 0 AS some_files,
+       count(*) = count(*) FILTER (WHERE f.sha256 = encode(sha256(pg_read_binary_file(
+           current_setting('pg_embed.model_dir') || '/all-MiniLM-L6-v2/' || f.file)), 'hex')) AS all_digests_equal,
+       bool_or(f.file = 'config.json') AND bool_or(f.file = 'model.safetensors') AS has_config_and_weights
+  FROM embed.model_files('minilm') f;
+
 -- Errors: SQLSTATE and message.
 SELECT pg_temp.err($$SELECT embed('nope', 'x')$$);
+SELECT pg_temp.err($$SELECT * FROM embed.model_files('nope')$$);
 SELECT pg_temp.err($$SELECT embed.drop_model('nope')$$);
 SELECT pg_temp.err($$SELECT embed.model_info('nope')$$);
 SELECT pg_temp.err($$SELECT embed.register_model('x', 'no-such-dir')$$);
