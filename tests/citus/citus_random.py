@@ -63,6 +63,8 @@ def node_server(port, action):
     env = dict(os.environ, PG_EMBED_PORT=str(port), PGDATA=f"{REPO}/.pg/citus-{n}",
                PG_LOG=f"{REPO}/.pg/log/citus-{n}.log")
     subprocess.run([f"{REPO}/scripts/server.sh", action], env=env, check=True, stdout=subprocess.DEVNULL)
+    if action == "start":
+        settle()
 
 
 def registrations(port):
@@ -73,6 +75,31 @@ def registrations(port):
 
 class Failure(Exception):
     pass
+
+
+def retrying(f):
+    """f(), again up to 4 times a second apart while it fails with a connection error (class
+    08): Citus's connections to a worker that has just restarted can fail a few times, for any
+    statement. A failed statement changed nothing, so the oracle is updated after f() only."""
+    for attempt in range(5):
+        try:
+            return f()
+        except psycopg.OperationalError as e:
+            if not (e.sqlstate or "").startswith("08") or attempt == 4:
+                raise
+            time.sleep(1)
+
+
+def settle():
+    """Waits until every node reaches every other (after a restart), up to 30 s."""
+    for _ in range(60):
+        try:
+            with connect(PORT) as c:
+                if c.execute("SELECT bool_and(result) FROM citus_check_cluster_node_health()").fetchone()[0]:
+                    return
+        except psycopg.OperationalError:
+            pass
+        time.sleep(0.5)
 
 
 def run_seed(seed, steps):
@@ -182,24 +209,23 @@ def run_seed(seed, steps):
         elif op == "insert":
             new = {next_id + i: text() for i in range(rng.randint(1, 30))}
             next_id += len(new)
-            with admin.cursor() as cur:
-                cur.executemany("INSERT INTO rnd (id, body) VALUES (%s, %s)", list(new.items()))
+            retrying(lambda: admin.cursor().executemany("INSERT INTO rnd (id, body) VALUES (%s, %s)", list(new.items())))
             rows.update(new)
             what = f"insert {len(new)}"
         elif op == "update" and rows:
             ids = rng.sample(sorted(rows), min(len(rows), rng.randint(1, 10)))
             for i in ids:
                 rows[i] = text()
-                admin.execute("UPDATE rnd SET body = %s, emb = NULL WHERE id = %s", (rows[i], i))
+                retrying(lambda: admin.execute("UPDATE rnd SET body = %s, emb = NULL WHERE id = %s", (rows[i], i)))
             what = f"update {len(ids)}"
         elif op == "delete" and rows:
             ids = rng.sample(sorted(rows), min(len(rows), rng.randint(1, 10)))
-            admin.execute("DELETE FROM rnd WHERE id = ANY(%s)", (ids,))
+            retrying(lambda: admin.execute("DELETE FROM rnd WHERE id = ANY(%s)", (ids,)))
             for i in ids:
                 del rows[i]
             what = f"delete {len(ids)}"
         elif op == "truncate":
-            admin.execute("TRUNCATE rnd")
+            retrying(lambda: admin.execute("TRUNCATE rnd"))
             rows.clear()
             what = "truncate"
         elif op == "backfill":
@@ -276,13 +302,17 @@ def run_vectorize_seed(seed, steps):
         # A writer's settings, carried to the workers' connections as Citus does it (SET LOCAL
         # with citus.propagate_set_commands = local: Citus sends the constants it folded on the
         # coordinator as text, which a worker must read with the same DateStyle).
-        with connect(PORT) as w:
-            w.execute("SET citus.propagate_set_commands = 'local'")
-            with w.transaction():
-                w.execute(f"SET LOCAL DateStyle = '{rng.choice(DATESTYLES)}'")
-                w.execute(f"SET LOCAL TimeZone = '{rng.choice(TIMEZONES)}'")
-                w.execute(f"SET LOCAL extra_float_digits = {rng.choice([-15, 0, 3])}")
-                w.execute(statement, params)
+        settings = (rng.choice(DATESTYLES), rng.choice(TIMEZONES), rng.choice([-15, 0, 3]))
+
+        def attempt():
+            with connect(PORT) as w:
+                w.execute("SET citus.propagate_set_commands = 'local'")
+                with w.transaction():
+                    w.execute(f"SET LOCAL DateStyle = '{settings[0]}'")
+                    w.execute(f"SET LOCAL TimeZone = '{settings[1]}'")
+                    w.execute(f"SET LOCAL extra_float_digits = {settings[2]}")
+                    w.execute(statement, params)
+        retrying(attempt)
 
     def insert(n):
         ids = rng.sample([i for i in range(1, 400) if i not in rows], n)
@@ -319,20 +349,20 @@ def run_vectorize_seed(seed, steps):
                     del rows[i]
             what = f"{op} {len(ids)}"
         elif op == "truncate":
-            admin.execute("TRUNCATE rvec")
+            retrying(lambda: admin.execute("TRUNCATE rvec"))
             rows.clear()
             what = "truncate"
         elif op == "rename":
             new = "content" if source == "body" else "body"
-            admin.execute(f"ALTER TABLE rvec RENAME COLUMN {source} TO {new}")
+            retrying(lambda: admin.execute(f"ALTER TABLE rvec RENAME COLUMN {source} TO {new}"))
             source = new
             what = f"rename to {new}"
         elif op == "move":
-            admin.execute(
+            retrying(lambda: admin.execute(
                 f"SELECT citus_move_shard_placement(s.shardid, '127.0.0.1', s.nodeport, '127.0.0.1',"
                 f" CASE s.nodeport WHEN {WORKERS[0]} THEN {WORKERS[1]} ELSE {WORKERS[0]} END,"
                 f" shard_transfer_mode := 'block_writes')"
-                f" FROM citus_shards s WHERE s.table_name = 'rvec'::regclass ORDER BY random() LIMIT 1")
+                f" FROM citus_shards s WHERE s.table_name = 'rvec'::regclass ORDER BY random() LIMIT 1"))
             what = "move a shard"
         elif op == "terminate":
             worker = rng.choice(WORKERS)
