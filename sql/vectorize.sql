@@ -264,6 +264,7 @@ DECLARE
     made embed.vectorizers;
     n integer;
     every_row boolean;
+    citus text := embed._citus_kind(tbl);
 BEGIN
     PERFORM embed._require_primary('embed.vectorize');
     IF batch_size IS NULL OR batch_size < 1 OR batch_size > 100000 THEN
@@ -271,13 +272,13 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     PERFORM embed._may_vectorize(tbl, 'vectorize');
-    IF embed._citus_kind(tbl) IN ('reference', 'local') THEN
-        RAISE EXCEPTION 'cannot vectorize %: it is a Citus % table', tbl, embed._citus_kind(tbl)
+    IF citus IN ('reference', 'local') THEN
+        RAISE EXCEPTION 'cannot vectorize %: it is a Citus % table', tbl, citus
             USING ERRCODE = 'feature_not_supported',
                   HINT = 'Keep the column filled with embed.embed_trigger (citus.enable_unsafe_triggers = on), '
                          'or fill it with embed.backfill; see the README''s "Scaling out".';
     END IF;
-    IF embed._citus_kind(tbl) = 'distributed' AND NOT embed._citus_coordinator() THEN
+    IF citus = 'distributed' AND NOT embed._citus_coordinator() THEN
         RAISE EXCEPTION 'cannot vectorize distributed table % on a worker node', tbl
             USING ERRCODE = 'feature_not_supported', HINT = 'Call embed.vectorize on the coordinator.';
     END IF;
@@ -314,7 +315,7 @@ BEGIN
            key_attnum = EXCLUDED.key_attnum, source_attnum = EXCLUDED.source_attnum,
            target_attnum = EXCLUDED.target_attnum, paused_until = NULL
     RETURNING z.* INTO made;
-    IF embed._citus_kind(tbl) = 'distributed' THEN
+    IF citus = 'distributed' THEN
         RETURN embed._vectorize_citus(made, every_row);
     END IF;
     PERFORM embed._vectorize_sync(made, false);
@@ -506,6 +507,7 @@ RETURNS boolean LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, 
 DECLARE
     vid integer := (embed._vectorizer(tbl, target_column)).id;
     deadline timestamptz := clock_timestamp() + timeout;
+    distributed boolean := embed._citus_kind(tbl) = 'distributed';
 BEGIN
     IF timeout IS NULL THEN
         RAISE EXCEPTION 'timeout must not be NULL'
@@ -515,7 +517,7 @@ BEGIN
     LOOP
         -- (A distributed table's rows are queued on the workers that hold them.)
         IF NOT EXISTS (SELECT FROM embed.vectorize_queue q WHERE q.vectorizer = vid)
-           AND (embed._citus_kind(tbl) IS DISTINCT FROM 'distributed' OR embed._citus_queued(vid) = 0) THEN
+           AND (NOT coalesce(distributed, false) OR embed._citus_queued(vid) = 0) THEN
             RETURN true;
         END IF;
         IF clock_timestamp() >= deadline THEN
