@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The operational tests, in order, against a running server with pg_embed installed (make
 # test runs them on its test server after the regression suite): cancel, memory, load,
-# sharing, vectorize, vectorize_random (VECTORIZE_SEEDS seeds), upgrade, dump and restore, hot standby, and crash last (its kill -9
+# sharing, sharing across databases, vectorize, vectorize_random (VECTORIZE_SEEDS seeds), upgrade, dump and restore, hot standby, and crash last (its kill -9
 # ends every session). all-MiniLM-L6-v2 is registered as "minilm" in the database PG_EMBED_DB. OPS_LOAD_SECONDS sets the load test's length (default 20).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -23,6 +23,7 @@ run cancel.sh
 run memory.sh
 run load.sh 8 "${OPS_LOAD_SECONDS:-20}"
 run sharing.sh 8
+run sharing_databases.sh
 run vectorize.sh
 run vectorize_random.sh
 run upgrade.sh

@@ -13,7 +13,9 @@ mixed with faults and DDL from an admin session:
 
     pg_terminate_backend and SIGKILL of a worker, the model dropped and registered again,
     RENAME of the table and of the source column (and back), ALTER TYPE of an int key to
-    bigint, DETACH and ATTACH of a partition, ADD and DROP of an unrelated column.
+    bigint, DETACH and ATTACH of a partition, ADD and DROP of an unrelated column, DROP
+    COLUMN of the key, source or target (must be refused, 2BP01), DROP TABLE (must take the
+    vectorizer, its queue and errors; the run goes on with a new table, vectorized again).
 
 A Python model of the table (key -> source, kept per transaction and applied on commit)
 is the oracle. At the end, after embed.vectorize_wait: the table holds exactly the model's
@@ -85,6 +87,7 @@ class Run:
         self.detached = None  # (partition name, {key index: source}) while a partition is detached
         self.log = []
         self.counts = {}
+        self.problems = []  # found during the run (a refusal that did not refuse, ...)
 
     # ---- connections ------------------------------------------------------------------
     def connect(self, settings=None):
@@ -123,7 +126,9 @@ class Run:
 
     def note(self, what):
         self.log.append(what)
-        self.counts[what.split(" ")[0]] = self.counts.get(what.split(" ")[0], 0) + 1
+        # Faults and DDL by name; transactions by outcome.
+        kind = what if what.split(" ")[0] in ("ddl", "fault") else what.split(" ")[0]
+        self.counts[kind] = self.counts.get(kind, 0) + 1
 
     # ---- setup ------------------------------------------------------------------------
     def setup(self):
@@ -330,7 +335,7 @@ class Run:
     def fault(self):
         r = self.rng
         choice = r.choice(["terminate", "kill", "model", "rename_table", "rename_column", "alter_type",
-                           "partition", "add_drop_column"])
+                           "partition", "add_drop_column", "refused_drop", "drop_table"])
         if choice == "terminate":
             for pid in self.worker_pids()[:1]:
                 self.admin("SELECT pg_terminate_backend(%s)", (pid,))
@@ -389,6 +394,33 @@ class Run:
             self.admin(sql.SQL("ALTER TABLE {} ADD COLUMN extra int").format(self.qualified()))
             self.admin(sql.SQL("ALTER TABLE {} DROP COLUMN extra").format(self.qualified()))
             self.note("ddl add_drop_column")
+        elif choice == "refused_drop":
+            # Dropping the key, source or target column is refused (2BP01); nothing changes.
+            # (A partitioned table's key is its partition key: PostgreSQL refuses that itself.)
+            column = r.choice(([] if self.partitioned else ["k"]) + [self.source, "emb"])
+            try:
+                self.admin(sql.SQL("ALTER TABLE {} DROP COLUMN {}").format(self.qualified(), sql.Identifier(column)))
+                self.problems.append(f"DROP COLUMN {column} of the vectorized table was not refused")
+            except psycopg.errors.DependentObjectsStillExist:
+                self.note("ddl refused_drop_column")
+        elif choice == "drop_table" and r.random() < 0.3:
+            # DROP TABLE takes its vectorizer, queue and errors along; then the run goes on
+            # with a new table of the same kind, vectorized again.
+            vid = self.admin("SELECT id FROM embed.vectorizers WHERE tbl = %s::regclass",
+                             (f"public.{self.table}",))[0][0]
+            if self.detached:
+                self.admin(sql.SQL("DROP TABLE {}").format(self.qualified(f"{self.table}_{self.detached[0]}")))
+            self.admin(sql.SQL("DROP TABLE {}").format(self.qualified()))
+            left = self.admin("SELECT (SELECT count(*) FROM embed.vectorizers WHERE id = %(v)s), "
+                              "(SELECT count(*) FROM embed.vectorize_queue WHERE vectorizer = %(v)s), "
+                              "(SELECT count(*) FROM embed.vectorize_errors WHERE vectorizer = %(v)s)", {"v": vid})[0]
+            if tuple(left) != (0, 0, 0):
+                self.problems.append(f"DROP TABLE left vectorizer {vid}: rows, queued, errors {tuple(left)}")
+            self.table, self.source, self.rows, self.detached = f"vr_{self.seed}", "body", {}, None
+            if self.kind == "bigint_from_int":
+                self.kind = "int"
+            self.setup()
+            self.note("ddl drop_table")
 
     def table_parts_rename(self, new):
         if self.partitioned:
@@ -441,7 +473,7 @@ class Run:
         # by then (the fault re-registers before returning).
         done = self.admin("SELECT embed.vectorize_wait(%s, 'emb', %s)",
                           (f"public.{self.table}", f"{self.args.wait} seconds"))[0][0]
-        problems = []
+        problems = list(self.problems)
         if not done:
             problems.append("vectorize_wait returned false")
         tbl = self.qualified()
