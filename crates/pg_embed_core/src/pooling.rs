@@ -69,8 +69,20 @@ pub fn pool(
     modes: &[PoolingMode],
     pooler: Option<&[Vec<f32>]>,
 ) -> Result<Vec<Vec<f32>>, String> {
+    pool_rows(|t| &hidden[t * width..(t + 1) * width], width, sequences, modes, pooler)
+}
+
+/// As [`pool`], with token `t`'s hidden state given by `token(t)` (`width` values): a
+/// static model pools its table's rows where they are, without gathering them first
+/// (the same sums in the same order).
+pub fn pool_rows<'a>(
+    token: impl Fn(usize) -> &'a [f32],
+    width: usize,
+    sequences: Sequences,
+    modes: &[PoolingMode],
+    pooler: Option<&[Vec<f32>]>,
+) -> Result<Vec<Vec<f32>>, String> {
     let count = sequences.bounds.len().saturating_sub(1);
-    let token = |t: usize| &hidden[t * width..(t + 1) * width];
     let mut out = Vec::with_capacity(count);
     for i in 0..count {
         let (start, end) = (sequences.bounds[i], sequences.bounds[i + 1]);

@@ -40,6 +40,19 @@ impl Embedding {
         Ok(&self.table[id * self.width..(id + 1) * self.width])
     }
 
+    /// Token `t`'s row, the row of `ids[t]`, read in place: what `gather(ids)` holds at
+    /// [t], without the copy. An error (as `gather`'s) for an id outside the table.
+    pub fn rows_of<'a>(&'a self, ids: &'a [u32]) -> candle_core::Result<impl Fn(usize) -> &'a [f32] + 'a> {
+        if let Some(&id) = ids.iter().find(|&&id| id as usize >= self.rows) {
+            self.row(id)?;
+        }
+        let (table, width) = (&self.table[..], self.width);
+        Ok(move |t: usize| {
+            let id = ids[t] as usize;
+            &table[id * width..(id + 1) * width]
+        })
+    }
+
     /// The rows of `ids`, end to end: [ids, width].
     pub fn gather(&self, ids: &[u32]) -> candle_core::Result<Vec<f32>> {
         let mut out = Vec::with_capacity(ids.len() * self.width);

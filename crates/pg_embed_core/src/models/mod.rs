@@ -160,6 +160,13 @@ pub trait Model: Send + Sync + Prepare {
     fn summary_tokens(&self) -> usize {
         0
     }
+
+    /// The table whose rows are `forward`'s hidden states (a static model: token `t`'s
+    /// state is the row of its id), so that pooling reads them in place instead of a
+    /// [tokens, width] copy; None for a model that computes its states.
+    fn token_table(&self) -> Option<&crate::layers::Embedding> {
+        None
+    }
 }
 
 /// What the pipeline needs to know of an architecture's config.json.

@@ -516,6 +516,11 @@ impl Pipeline {
         lasts: &[usize],
     ) -> Result<Vec<Vec<f32>>> {
         self.stats.forward_passes.fetch_add(1, Relaxed);
+        if let Some(table) = self.weights.backbone.token_table().filter(|_| !modes.contains(&PoolingMode::Pooler)) {
+            let token = table.rows_of(batch.ids).map_err(Error::inference)?;
+            let sequences = pooling::Sequences { bounds: batch.bounds, skips, summary: 0, lasts };
+            return pooling::pool_rows(token, self.hidden_size, sequences, modes, None).map_err(Error::Inference);
+        }
         let hidden = self.weights.backbone.forward(batch).map_err(Error::inference)?;
         let pooler = if modes.contains(&PoolingMode::Pooler) { self.pooler(&hidden, batch)? } else { None };
         let summary = if batch.is_image() { self.weights.backbone.summary_tokens() } else { 0 };
