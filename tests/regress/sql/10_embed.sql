@@ -107,7 +107,13 @@ SELECT pg_temp.err($$SELECT embed.register_model('y', 'all-MiniLM-L6-v2')$$);
 SELECT pg_temp.err($$SELECT embed.drop_model('minilm')$$);
 SELECT pg_temp.err($$DELETE FROM embed.models$$);
 SELECT pg_temp.err($$SET pg_embed.model_dir = '/'$$);
+SELECT pg_temp.err($$SELECT * FROM embed.cluster_check()$$);
+SELECT pg_temp.err($$SELECT * FROM embed.cluster_sync()$$);
 RESET ROLE;
+
+-- On a server without Citus the cluster functions find nothing to compare or mend.
+SELECT count(*) AS differences FROM embed.cluster_check();
+SELECT count(*) AS actions FROM embed.cluster_sync();
 
 -- Dropping a model makes embed() fail with a clear error; re-registering restores it.
 SELECT embed.drop_model('minilm');
