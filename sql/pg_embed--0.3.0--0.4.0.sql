@@ -604,8 +604,9 @@ $body$$f$,
         -- Where Citus is installed: a node that has no copy of the vectorizer (a node added,
         -- or a table distributed, after embed.vectorize) refuses the rows with a clear error.
         -- Elsewhere the lookup is left out (it cost a single-row INSERT 0.13x-0.2x of a plain
-        -- one: bench/vectorize_insert.sh); the queue's foreign key refuses such rows anyway
-        -- (23503), and the next sync (embed.vectorize, DDL) adds it.
+        -- one: bench/vectorize_insert.sh). In a database that installs Citus after
+        -- embed.vectorize, the queue's foreign key refuses such rows (23503) until the
+        -- function is made again (embed.vectorize on the coordinator, as the HINT says).
         CASE WHEN to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL THEN format($c$
     IF NOT EXISTS (SELECT FROM embed.vectorizers WHERE id = %1$s) THEN
         RAISE EXCEPTION 'cannot queue the rows of %%: its vectorizer (%1$s) has no copy on this node', TG_TABLE_NAME
