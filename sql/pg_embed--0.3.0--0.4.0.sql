@@ -843,6 +843,9 @@ CREATE FUNCTION embed._vectorize_drop_triggers(vid integer)
 RETURNS void LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     t record;
+    -- A Citus worker: its copies of distributed tables (the partitions of a dropped
+    -- partitioned table, say) take DDL from the coordinator only, which drops their triggers.
+    worker boolean := to_regclass('pg_catalog.pg_dist_local_group') IS NOT NULL AND NOT embed._citus_coordinator();
 BEGIN
     IF to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL THEN
         -- (A distributed table's triggers, and its function afterwards on one connection a node.)
@@ -852,11 +855,11 @@ BEGIN
     FOR t IN SELECT g.tgname, g.tgrelid::regclass AS rel FROM pg_trigger g
               WHERE g.tgname IN (format('pg_embed_vectorize_%s_ins', vid), format('pg_embed_vectorize_%s_upd', vid))
     LOOP
+        CONTINUE WHEN worker AND embed._citus_kind(t.rel) IS NOT NULL;
         EXECUTE format('DROP TRIGGER IF EXISTS %I ON %s', t.tgname, t.rel);
     END LOOP;
     -- On a Citus worker the function of a coordinator's vectorizer is the coordinator's to drop.
-    IF to_regclass('pg_catalog.pg_dist_local_group') IS NOT NULL AND NOT embed._citus_coordinator()
-       AND to_regprocedure(format('embed.%I()', 'pg_embed_vectorize_' || vid)) IS NOT NULL THEN
+    IF worker AND to_regprocedure(format('embed.%I()', 'pg_embed_vectorize_' || vid)) IS NOT NULL THEN
         RETURN;
     END IF;
     -- CASCADE: on a Citus coordinator, a shard moved away leaves its old copy (with this

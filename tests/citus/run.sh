@@ -346,6 +346,27 @@ q -c "DROP TABLE vec" -c "SELECT citus_drain_node('127.0.0.1', $W3, shard_transf
   -c "SELECT citus_remove_node('127.0.0.1', $W3)" >/dev/null
 PG_EMBED_PORT="$W3" PGDATA="$REPO/.pg/citus-3" PG_LOG="$REPO/.pg/log/citus-3.log" "$REPO/scripts/server.sh" stop >/dev/null
 
+# A distributed partitioned table: vectorize covers its partitions' shards, including a row
+# written straight into a partition.
+q <<SQL >/dev/null
+SET client_min_messages = warning;
+CREATE TABLE vp (id bigint PRIMARY KEY, body text, emb vector($DIM)) PARTITION BY HASH (id);
+CREATE TABLE vp_0 PARTITION OF vp FOR VALUES WITH (MODULUS 2, REMAINDER 0);
+CREATE TABLE vp_1 PARTITION OF vp FOR VALUES WITH (MODULUS 2, REMAINDER 1);
+SELECT create_distributed_table('vp', 'id', shard_count := 4);
+INSERT INTO vp (id, body) SELECT id, body FROM single WHERE id <= 20;
+SQL
+expect_eq "vectorize of a distributed partitioned table queues its rows" 20 "$(q1 "SELECT embed.vectorize('vp', 'body', 'emb', '$MODEL')")"
+q -c "INSERT INTO vp (id, body) SELECT id, body FROM single WHERE id BETWEEN 21 AND 40" \
+  -c "INSERT INTO vp_1 (id, body) SELECT id, 'straight into a partition ' || id::text FROM single WHERE id BETWEEN 41 AND 60 AND satisfies_hash_partition('vp'::regclass, 2, 1, id)" \
+  -c "UPDATE vp SET body = 'changed ' || id::text WHERE id % 3 = 0" >/dev/null
+wait_vec vp
+expect_eq "rows written straight into a partition" t "$(q1 "SELECT count(*) > 0 FROM vp_1 WHERE body LIKE 'straight%'")"
+expect_eq "the distributed partitioned table" "0 missing, 0 stale, 0 wrong, of $(q1 "SELECT count(*) FROM vp")" "$(vec_check vp)"
+q -c "DROP TABLE vp" >/dev/null
+expect_eq "DROP TABLE of it: no vectorizer left on any node" "0 0 0" \
+    "$(q1 "SELECT count(*) FROM embed.vectorizers") $(on1 "$W1" "SELECT count(*) FROM embed.vectorizers") $(on1 "$W2" "SELECT count(*) FROM embed.vectorizers")"
+
 # ---- 5. triggers --------------------------------------------------------------------------------------
 step "embed.embed_trigger on a distributed table"
 q <<SQL >/dev/null
