@@ -30,7 +30,8 @@ pub struct HeadConfig {
     #[serde(default)]
     pub pooler_hidden_act: Option<String>,
     /// ModernBERT's head: "cls" or "mean" pooling (default "cls"), its activation (default
-    /// "gelu") and the norm's epsilon and bias (defaults 1e-5, none).
+    /// "gelu") and the norm's epsilon and bias (defaults 1e-5, none). EuroBERT's: "bos",
+    /// "mean" or "late" (the default).
     #[serde(default)]
     pub classifier_pooling: Option<String>,
     #[serde(default)]
@@ -131,6 +132,64 @@ const HEADS: &[HeadRow] = &[
         model_types: &["qwen3"],
         layout: |c| Ok((Pool::LastNonPadding(c.pad_token_id), None, None, "score")),
     },
+    HeadRow {
+        architecture: "MistralForSequenceClassification",
+        model_types: &["mistral"],
+        layout: |c| Ok((Pool::LastNonPadding(c.pad_token_id), None, None, "score")),
+    },
+    HeadRow {
+        architecture: "LlamaForSequenceClassification",
+        model_types: &["llama"],
+        layout: |c| Ok((Pool::LastNonPadding(c.pad_token_id), None, None, "score")),
+    },
+    HeadRow {
+        architecture: "Gemma2ForSequenceClassification",
+        model_types: &["gemma2"],
+        layout: |c| Ok((Pool::LastNonPadding(c.pad_token_id), None, None, "score")),
+    },
+    // EuroBERT: dense, GELU, classifier, on the first token, the mean, or every token with
+    // the logits averaged ("late", the default).
+    HeadRow {
+        architecture: "EuroBertForSequenceClassification",
+        model_types: &["eurobert"],
+        layout: |c| {
+            let pool = match c.classifier_pooling.as_deref().unwrap_or("late") {
+                "bos" => Pool::First,
+                "mean" => Pool::Mean,
+                "late" => Pool::Late,
+                other => {
+                    return Err(Error::Unsupported {
+                        what: "classifier_pooling",
+                        value: other.into(),
+                        path: "config.json".into(),
+                        supported: "bos, mean, late",
+                    })
+                }
+            };
+            Ok((pool, Some(("dense", Activation::Gelu)), None, "classifier"))
+        },
+    },
+    // GTE: BERT's head over GTE's pooler.
+    HeadRow {
+        architecture: "GteForSequenceClassification",
+        model_types: &["gte", "new"],
+        layout: |_| Ok((Pool::BackbonePooler, None, None, "classifier")),
+    },
+    // jina-embeddings-v3 and CamemBERT: XLM-RoBERTa's / RoBERTa's head.
+    HeadRow {
+        architecture: "JinaEmbeddingsV3ForSequenceClassification",
+        model_types: &["jina_embeddings_v3"],
+        layout: |_| {
+            Ok((Pool::First, Some(("classifier.dense", Activation::Tanh)), None, "classifier.out_proj"))
+        },
+    },
+    HeadRow {
+        architecture: "CamembertForSequenceClassification",
+        model_types: &["camembert"],
+        layout: |_| {
+            Ok((Pool::First, Some(("classifier.dense", Activation::Tanh)), None, "classifier.out_proj"))
+        },
+    },
     // XLNet: SequenceSummary (its token, projection and activation), then logits_proj.
     HeadRow {
         architecture: "XLNetForSequenceClassification",
@@ -223,11 +282,13 @@ pub enum Problem {
     Regression,
 }
 
-pub const SUPPORTED: &str = "BertForSequenceClassification, DebertaV2ForSequenceClassification, \
-DistilBertForSequenceClassification, ElectraForSequenceClassification, GPT2ForSequenceClassification, \
-ModernBertForSequenceClassification, Qwen2ForSequenceClassification, Qwen3ForSequenceClassification, \
-RobertaForSequenceClassification, ViTForImageClassification, XLMRobertaForSequenceClassification, \
-XLNetForSequenceClassification";
+pub const SUPPORTED: &str = "BertForSequenceClassification, CamembertForSequenceClassification, \
+DebertaV2ForSequenceClassification, DistilBertForSequenceClassification, ElectraForSequenceClassification, \
+EuroBertForSequenceClassification, Gemma2ForSequenceClassification, GPT2ForSequenceClassification, \
+GteForSequenceClassification, JinaEmbeddingsV3ForSequenceClassification, LlamaForSequenceClassification, \
+MistralForSequenceClassification, ModernBertForSequenceClassification, Qwen2ForSequenceClassification, \
+Qwen3ForSequenceClassification, RobertaForSequenceClassification, ViTForImageClassification, \
+XLMRobertaForSequenceClassification, XLNetForSequenceClassification";
 
 /// Which token states a head reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -243,6 +304,9 @@ enum Pool {
     /// The last token whose id is not the pad token (GPT-2 and the decoders; with no pad
     /// token, the last).
     LastNonPadding(Option<u32>),
+    /// Every token through the head, then the mean of their logits (EuroBERT's
+    /// `classifier_pooling = "late"`).
+    Late,
 }
 
 /// A `*ForSequenceClassification` head: pool, then optionally dense -> activation -> norm,
@@ -375,9 +439,34 @@ impl Classifier {
         match self.head.pool {
             Pool::BackbonePooler => PoolingMode::Pooler,
             Pool::First => PoolingMode::Cls,
-            Pool::Mean => PoolingMode::Mean,
+            Pool::Mean | Pool::Late => PoolingMode::Mean,
             Pool::Last | Pool::LastNonPadding(_) => PoolingMode::Lasttoken,
         }
+    }
+
+    /// Whether the head reads every token and averages their logits (`Pool::Late`):
+    /// then [`Classifier::late_logits`] takes the hidden states instead of pooled rows.
+    pub fn reads_every_token(&self) -> bool {
+        self.head.pool == Pool::Late
+    }
+
+    /// Logits [num_labels] per sequence: the head over every token of `hidden` [tokens,
+    /// width] (sequence i at tokens bounds[i]..bounds[i + 1]), then the mean of each
+    /// sequence's token logits.
+    pub fn late_logits(&self, hidden: &[f32], bounds: &[usize]) -> Vec<Vec<f32>> {
+        let labels = self.num_labels().max(1);
+        let per_token = self.forward(hidden);
+        bounds
+            .windows(2)
+            .map(|w| {
+                let mut sum = vec![0f32; labels];
+                for row in per_token[w[0] * labels..w[1] * labels].chunks_exact(labels) {
+                    sum.iter_mut().zip(row).for_each(|(s, x)| *s += x);
+                }
+                let n = (w[1] - w[0]).max(1) as f32;
+                sum.iter().map(|s| s / n).collect()
+            })
+            .collect()
     }
 
     /// `Some(pad token)` when the head reads the last token that is not padding (see
@@ -447,6 +536,7 @@ impl Classifier {
                 Pool::Mean => "mean",
                 Pool::Last => "last token",
                 Pool::LastNonPadding(_) => "last non-padding token",
+                Pool::Late => "every token, logits averaged",
             },
             "dense_activation": self.head.dense.as_ref().map(|(_, a, _)| a.name()),
             "norm": self.head.dense.as_ref().is_some_and(|(_, _, n)| n.is_some()),

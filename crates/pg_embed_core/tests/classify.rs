@@ -73,19 +73,24 @@ fn every_supported_architecture_has_a_fixture() {
         })
         .collect();
     covered.extend(image_classes.iter().map(String::as_str));
-    // Decoder and XLNet classifiers are decoder fixtures (tests/decoders.rs).
-    let decoders: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(root().join("tests/fixtures/decoders/golden.json")).expect("decoders/golden.json"),
-    )
-    .unwrap();
-    let decoder_classes: Vec<String> = decoders["fixtures"]
-        .as_object()
-        .unwrap()
-        .values()
-        .filter(|f| f["kind"] == "classify")
-        .filter_map(|f| f["architecture"].as_str().map(String::from))
-        .collect();
-    covered.extend(decoder_classes.iter().map(String::as_str));
+    // Decoder, XLNet and the newer families' classifiers are fixtures of their own sets
+    // (tests/decoders.rs, tests/families.rs).
+    let mut set_classes: Vec<String> = Vec::new();
+    for set in ["decoders", "families"] {
+        let path = root().join(format!("tests/fixtures/{set}/golden.json"));
+        let golden: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
+                .unwrap();
+        set_classes.extend(
+            golden["fixtures"]
+                .as_object()
+                .unwrap()
+                .values()
+                .filter(|f| f["kind"] == "classify")
+                .filter_map(|f| f["architecture"].as_str().map(String::from)),
+        );
+    }
+    covered.extend(set_classes.iter().map(String::as_str));
     covered.sort();
     covered.dedup();
     let supported: Vec<&str> = pg_embed_core::classifier::SUPPORTED.split(", ").collect();

@@ -162,9 +162,24 @@ pub(crate) struct Heads {
     pub scale: f32,
     pub causal: bool,
     pub window: Option<usize>,
+    /// Soft-capping of the scores: cap tanh(score / cap) after the scale, before masks and
+    /// biases (Gemma 2's `attn_logit_softcapping`).
+    #[serde(default)]
+    pub softcap: Option<f32>,
 }
 
 impl Heads {
+    /// The scores of a block, capped when the shape says so (`softcap`).
+    #[inline]
+    fn cap(&self, scores: &mut [f32]) {
+        if let Some(cap) = self.softcap {
+            let inv = 1.0 / cap;
+            for s in scores {
+                *s = cap * (*s * inv).tanh();
+            }
+        }
+    }
+
     /// Width of a token's Q, K and V side by side.
     #[inline]
     pub fn qkv_width(&self) -> usize {
@@ -436,6 +451,7 @@ unsafe fn whole(
             // scores = scale * Q K^T
             product(len, len, d, scores.as_mut_ptr(), len, (q, stride), (k, stride, 1), shape.scale, false);
         }
+        shape.cap(scores);
         if let Some(term) = term {
             term(scores);
         }
@@ -495,6 +511,7 @@ unsafe fn streamed(
                 // scores = scale * Q K^T for this block of keys
                 product(m, n, d, scores.as_mut_ptr(), n, (q, stride), (k.add(k0 * stride), stride, 1), shape.scale, false);
             }
+            shape.cap(scores);
             let at = (rows.start, k0, len);
             online_softmax_rows(scores, n, at, add, shape.causal, shape.window, acc, d, maxes, sums);
             unsafe {

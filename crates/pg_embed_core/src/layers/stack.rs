@@ -107,6 +107,8 @@ pub struct StackSpec {
     pub sliding: Option<Sliding>,
     /// The scale of the scores instead of 1 / sqrt(head_dim) (with `scaled`).
     pub scale: Option<f32>,
+    /// Soft-capping of the scores (Gemma 2): cap tanh(score / cap).
+    pub softcap: Option<f32>,
 }
 
 /// Layers that attend within a window: each layer marked in `layers` sees only the keys
@@ -145,6 +147,7 @@ impl StackSpec {
             relative_bias: None,
             sliding: None,
             scale: None,
+            softcap: None,
         }
     }
 }
@@ -216,7 +219,11 @@ impl Stack {
             },
             causal: spec.causal,
             window: None,
+            softcap: spec.softcap,
         };
+        if spec.softcap.is_some_and(|c| !(c.is_finite() && c > 0.0)) {
+            candle_core::bail!("a score soft-cap of {:?} is not a positive number", spec.softcap);
+        }
         if spec.rotary.as_ref().is_some_and(|r| head_dim % 2 != 0 || r.half() != head_dim / 2) {
             candle_core::bail!("rotary positions need an even head width, not {head_dim}");
         }

@@ -263,6 +263,7 @@ fn stack(s: &Setting, raws: &[Raw], packed: bool) -> Stack {
         }),
         sliding: s.window.map(|window| Sliding::between_global(2, raws.len(), window, None)),
         scale: None,
+        softcap: None,
     };
     Stack::new(layers, spec).unwrap()
 }

@@ -34,6 +34,8 @@ pub struct Spec {
     pub qkv_bias: bool,
     /// A bias on o_proj.
     pub o_bias: bool,
+    /// Biases on gate_proj, up_proj and down_proj (Llama's `mlp_bias`).
+    pub mlp_bias: bool,
     /// q_norm and k_norm over each head (Qwen3, Gemma 3).
     pub qk_norms: bool,
     /// Gemma 3's four norms per layer: post_attention_layernorm after attention and
@@ -46,6 +48,8 @@ pub struct Spec {
     pub embed_scale: Option<f32>,
     /// The scale of the scores instead of 1 / sqrt(head_dim) (Gemma: query_pre_attn_scalar^-0.5).
     pub scale: Option<f32>,
+    /// Soft-capping of the attention scores (Gemma 2's attn_logit_softcapping).
+    pub softcap: Option<f32>,
     pub causal: bool,
     pub rope_theta: f64,
     /// Sliding-window layers: which layers slide, the window (each query sees the keys at
@@ -83,6 +87,9 @@ fn check(spec: &Spec) -> Result<()> {
     check_rope_theta("rope_theta", spec.rope_theta)?;
     if let Some((_, _, theta)) = &spec.sliding {
         check_rope_theta("rope_theta of sliding_attention", *theta)?;
+    }
+    if let Some(cap) = spec.softcap.filter(|c| !(c.is_finite() && *c > 0.0)) {
+        return bad(format!("attn_logit_softcapping {cap} is not a positive number"));
     }
     Ok(())
 }
@@ -128,8 +135,8 @@ pub fn load(vb: VarBuilder, spec: &Spec) -> Result<Model> {
                 let m = l.pp("mlp");
                 let gate_up = layers::Linear::side_by_side(
                     vec![
-                        torch_parts(&m.pp("gate_proj"), ff, h, false)?,
-                        torch_parts(&m.pp("up_proj"), ff, h, false)?,
+                        torch_parts(&m.pp("gate_proj"), ff, h, spec.mlp_bias)?,
+                        torch_parts(&m.pp("up_proj"), ff, h, spec.mlp_bias)?,
                     ],
                     h,
                 )?;
@@ -149,7 +156,7 @@ pub fn load(vb: VarBuilder, spec: &Spec) -> Result<Model> {
                     qkv,
                     attention_out: linear(a.pp("o_proj"), h, spec.heads * d, spec.o_bias)?,
                     attention_norm: norm(l.pp("input_layernorm"), h)?,
-                    mlp: layers::Mlp::Gated { gate_up, down: linear(m.pp("down_proj"), h, ff, false)? },
+                    mlp: layers::Mlp::Gated { gate_up, down: linear(m.pp("down_proj"), h, ff, spec.mlp_bias)? },
                     output_norm,
                     qk_norms: qk_norms.transpose()?,
                     post_norms,
@@ -176,6 +183,7 @@ pub fn load(vb: VarBuilder, spec: &Spec) -> Result<Model> {
                 rotary: Some(layers::Rotary::new(d, *theta)),
             }),
             scale: spec.scale,
+            softcap: spec.softcap,
         };
         Ok(Model { word, embed_scale: spec.embed_scale, stack: layers::Stack::new(stack, stack_spec)? })
     };
@@ -330,11 +338,13 @@ impl QwenConfig {
             activation: activation("hidden_act", &self.hidden_act)?,
             qkv_bias,
             o_bias,
+            mlp_bias: false,
             qk_norms,
             sandwich: false,
             norm_plus_one: false,
             embed_scale: None,
             scale: None,
+            softcap: None,
             causal: true,
             rope_theta: rope_theta(
                 self.rope_parameters.as_ref(),

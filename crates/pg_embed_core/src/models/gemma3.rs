@@ -149,9 +149,6 @@ impl Config {
     }
 
     fn spec(&self) -> Result<decoder::Spec> {
-        if let Some(cap) = self.attn_logit_softcapping {
-            return Err(unsupported("attn_logit_softcapping", &cap.to_string(), "null (no soft-capping)"));
-        }
         if self.query_pre_attn_scalar.is_nan() || self.query_pre_attn_scalar <= 0.0 {
             return Err(unsupported(
                 "query_pre_attn_scalar",
@@ -173,12 +170,14 @@ impl Config {
             activation: decoder::activation("hidden_activation", &self.hidden_activation)?,
             qkv_bias: self.attention_bias,
             o_bias: self.attention_bias,
+            mlp_bias: false,
             qk_norms: true,
             sandwich: true,
             norm_plus_one: true,
             // transformers: a float32 tensor of hidden_size ** 0.5.
             embed_scale: Some((self.hidden_size as f64).sqrt() as f32),
             scale: Some(self.query_pre_attn_scalar.powf(-0.5) as f32),
+            softcap: self.attn_logit_softcapping.map(|c| c as f32),
             causal: !self.use_bidirectional_attention,
             rope_theta: decoder::rope_theta(
                 params,

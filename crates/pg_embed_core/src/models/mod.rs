@@ -23,8 +23,14 @@ pub mod dinov2;
 pub mod distilbert;
 pub mod electra;
 pub mod encoder;
+pub mod eurobert;
+pub mod gemma2;
 pub mod gemma3;
 pub mod gpt2;
+pub mod gte;
+pub mod jina_embeddings_v3;
+pub mod llama;
+pub mod mistral;
 pub mod modernbert;
 pub mod mpnet;
 pub mod nomic_bert;
@@ -232,6 +238,7 @@ fn parse_as<C: Config + DeserializeOwned + serde::Serialize + 'static>(
 /// Every supported architecture, by `model_type`.
 pub const ARCHITECTURES: &[Architecture] = &[
     Architecture { model_type: "bert", parse: parse_as::<bert::Config> },
+    Architecture { model_type: "camembert", parse: parse_as::<roberta::Config> },
     Architecture { model_type: "clip", parse: parse_as::<clip_model::Config> },
     Architecture { model_type: "clip_text_model", parse: parse_as::<clip::Config> },
     Architecture { model_type: "clip_vision_model", parse: parse_as::<clip_vision::Config> },
@@ -239,10 +246,18 @@ pub const ARCHITECTURES: &[Architecture] = &[
     Architecture { model_type: "dinov2", parse: parse_as::<dinov2::Config> },
     Architecture { model_type: "distilbert", parse: parse_as::<distilbert::Config> },
     Architecture { model_type: "electra", parse: parse_as::<electra::Config> },
+    Architecture { model_type: "eurobert", parse: parse_as::<eurobert::Config> },
+    Architecture { model_type: "gemma2", parse: parse_as::<gemma2::Config> },
     Architecture { model_type: "gemma3_text", parse: parse_as::<gemma3::Config> },
     Architecture { model_type: "gpt2", parse: parse_as::<gpt2::Config> },
+    Architecture { model_type: "gte", parse: parse_as::<gte::Config> },
+    Architecture { model_type: "jina_embeddings_v3", parse: parse_as::<jina_embeddings_v3::Config> },
+    Architecture { model_type: "llama", parse: parse_as::<llama::Config> },
+    Architecture { model_type: "mistral", parse: parse_as::<mistral::Config> },
     Architecture { model_type: "modernbert", parse: parse_as::<modernbert::Config> },
     Architecture { model_type: "mpnet", parse: parse_as::<mpnet::Config> },
+    // Alibaba-NLP's GTE checkpoints as published (transformers maps them to "gte").
+    Architecture { model_type: "new", parse: parse_as::<gte::Config> },
     Architecture { model_type: "nomic_bert", parse: parse_as::<nomic_bert::Config> },
     Architecture { model_type: "qwen2", parse: parse_as::<qwen2::Config> },
     Architecture { model_type: "qwen3", parse: parse_as::<qwen3::Config> },

@@ -191,6 +191,7 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
             )?),
             sliding: None,
             scale: None,
+            softcap: None,
         };
         Ok(Model { embed, stack: layers::Stack::new(blocks, spec)? })
     };
