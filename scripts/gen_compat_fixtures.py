@@ -747,13 +747,9 @@ def cmd_save(args) -> int:
 
 def expectation(kind: str, row: dict) -> dict:
     """What pg_embed is meant to do with the folder: the same numbers, or a refusal (0A000) that
-    names the module it does not support.  Only layouts pg_embed has no stage for are refused."""
-    modules = row.get("modules") or []
-    if kind == "router":
-        cls = next(m for m in modules if m.endswith(".Router") or m.endswith(".Asym"))
-        return {"expect": "refuse", "sqlstate": "0A000", "names": cls,
-                "reason": "an asymmetric dense model: a Router/Asym of Dense heads after pooling "
-                          "(pg_embed's Router is the inference-free sparse one)"}
+    names the module it does not support.  Only layouts pg_embed has no stage for are refused.
+    Every kind here is computed: the router kind (a Router / Asym of Dense heads after pooling)
+    through its query and document routes (embed(m, t, 'query') / 'document')."""
     return {"expect": "match"}
 
 

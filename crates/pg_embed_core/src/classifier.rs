@@ -284,7 +284,7 @@ pub enum Problem {
 
 pub const SUPPORTED: &str = "BertForSequenceClassification, CamembertForSequenceClassification, \
 DebertaV2ForSequenceClassification, DistilBertForSequenceClassification, ElectraForSequenceClassification, \
-EuroBertForSequenceClassification, Gemma2ForSequenceClassification, GPT2ForSequenceClassification, \
+EuroBertForSequenceClassification, GPT2ForSequenceClassification, Gemma2ForSequenceClassification, \
 GteForSequenceClassification, JinaEmbeddingsV3ForSequenceClassification, LlamaForSequenceClassification, \
 MistralForSequenceClassification, ModernBertForSequenceClassification, Qwen2ForSequenceClassification, \
 Qwen3ForSequenceClassification, RobertaForSequenceClassification, ViTForImageClassification, \

@@ -112,6 +112,11 @@ pub enum Error {
     #[error("unknown prompt name \"{name}\"")]
     UnknownPrompt { name: String, known: String },
 
+    /// An asymmetric model (a Router of heads per route) called without a route when it has
+    /// no default route; `asym`: saved by sentence-transformers < 5 (models.Asym).
+    #[error("this model has no default route: name one of its routes ({routes}) as the prompt_name argument")]
+    NoRoute { routes: String, asym: bool },
+
     #[error("could not tokenize input: {0}")]
     Tokenize(String),
 
@@ -130,8 +135,11 @@ pub enum Error {
     #[error("input has {tokens} tokens, more than the model's max_length of {max_length}")]
     InputTooLong { tokens: usize, max_length: usize },
 
-    #[error("model \"{source_name}\" needs {mb} MB for its weights, more than pg_embed.max_model_size ({limit_mb} MB)")]
-    ModelTooLarge { source_name: String, mb: u64, limit_mb: u64 },
+    /// `mb`: the size of the model's prepared weights in `precision` (see
+    /// `weights::prepared_bytes`): the server's one shared file, and the private copy a
+    /// backend builds while it writes that file.
+    #[error("model \"{source_name}\" needs {mb} MB for its weights in {precision}, more than pg_embed.max_model_size ({limit_mb} MB)")]
+    ModelTooLarge { source_name: String, mb: u64, limit_mb: u64, precision: &'static str },
 
     #[error("invalid {what}: {reason}")]
     InvalidArgument { what: &'static str, reason: String },
@@ -195,6 +203,7 @@ impl Error {
             | InvalidOptions(_)
             | InvalidSource { .. }
             | UnknownPrompt { .. }
+            | NoRoute { .. }
             | InvalidArgument { .. }
             | EmptyInput { .. } => SqlState::InvalidParameterValue,
             ModelDirInvalid { .. } => SqlState::UndefinedFile,
@@ -235,14 +244,32 @@ impl Error {
             UnknownPrompt { known, .. } => Some(format!(
                 "The model's prompts: {known}. Add prompts with options => '{{\"prompts\": {{\"name\": \"text\"}}}}'."
             )),
+            NoRoute { routes, asym } => {
+                // The document route where there is one: what a trigger or backfill embeds.
+                let route = routes.split(", ").find(|r| *r == "document").or(routes.split(", ").last()).unwrap_or_default();
+                let why = if *asym {
+                    "sentence-transformers 3.x and 4.x (models.Asym) pass an input without a route key through no route's heads, a vector unlike either route's; "
+                } else {
+                    ""
+                };
+                Some(format!(
+                    "{why}embed(model, input, '{route}') takes the route '{route}'; register the model with options => '{{\"prompt\": \"{route}\"}}' to make it the default."
+                ))
+            }
             PermissionDenied { .. } => Some(
                 "Superusers and members of the role embed_admin may register, drop and auto-register models; everyone may run inference on registered models."
                     .into(),
             ),
-            ModelTooLarge { .. } => Some(
-                "Every backend that uses a model holds its own copy. A superuser may raise pg_embed.max_model_size (0: no limit)."
-                    .into(),
-            ),
+            ModelTooLarge { precision, .. } => {
+                let smaller = if *precision == "float32" {
+                    " Registering it with options => '{\"precision\": \"bfloat16\"}' about halves them."
+                } else {
+                    ""
+                };
+                Some(format!(
+                    "A server holds one copy of a model's weights, in a file every backend maps (pg_embed.cache_dir); the backend that loads it first builds that copy in its own memory while it writes the file, and with pg_embed.cache_dir = '' every backend keeps its own.{smaller} A superuser may raise pg_embed.max_model_size (0: no limit)."
+                ))
+            }
             InputTooLong { .. } => Some(
                 "Split it with embed.chunk(), or register the model with options => '{\"long_input\": \"truncate\"}' or '{\"long_input\": \"mean_of_chunks\"}'."
                     .into(),

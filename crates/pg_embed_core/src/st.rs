@@ -65,7 +65,9 @@ enum Kind {
     SpladePooling,
     /// The query side of an inference-free sparse encoder: one weight per token.
     SparseStaticEmbedding,
-    /// Routes inputs to module lists by task (an inference-free sparse encoder).
+    /// Routes inputs to module lists by task: an inference-free sparse encoder (the only
+    /// module), or Dense heads per route after pooling (an asymmetric dense model;
+    /// `models.Asym` before sentence-transformers 5).
     Router,
 }
 
@@ -95,9 +97,12 @@ const MODULES: &[(&str, Kind)] = &[
     ("sentence_transformers.models.CLIPModel", Kind::Transformer),
     ("sentence_transformers.models.Router", Kind::Router),
     ("sentence_transformers.base.modules.router.Router", Kind::Router),
+    // sentence-transformers < 5 (5 and later: an alias of Router).
+    ("sentence_transformers.models.Asym", Kind::Router),
 ];
 const SUPPORTED_MODULES: &str = "Transformer, Pooling, Dense, Normalize, StaticEmbedding, CLIPModel, MLMTransformer, \
-     SpladePooling, and a Router of SparseStaticEmbedding and MLMTransformer + SpladePooling \
+     SpladePooling, a Router of SparseStaticEmbedding and MLMTransformer + SpladePooling, and a Router \
+     (or Asym) of Dense modules per route after Pooling \
      (sentence_transformers.models.* and sparse_encoder.models.* or their 6.x paths)";
 /// The kind of a module class path: one of [`MODULES`], or another path of
 /// sentence-transformers ending in the same class name (the modules moved between releases:
@@ -112,8 +117,13 @@ fn kind_of_class(class: &str) -> Option<Kind> {
 
 /// The module sequences pg_embed computes.
 const SUPPORTED_ORDERS: &str = "Transformer, then Pooling, Dense..., Normalize; StaticEmbedding, then \
-     Dense..., Normalize; Transformer (transformer_task fill-mask) or MLMTransformer, then SpladePooling; \
+     Dense..., Normalize; either with one Router (or Asym) of Dense modules per route among the Dense \
+     modules; Transformer (transformer_task fill-mask) or MLMTransformer, then SpladePooling; \
      a Router of SparseStaticEmbedding (query) and MLMTransformer + SpladePooling (document)";
+/// What the routes of a Router after pooling may hold.
+const SUPPORTED_DENSE_ROUTES: &str = "routes of Dense modules only (sentence_embedding in and out), chosen by \
+     task; an input module (Transformer, StaticEmbedding) per route is computed only as the inference-free \
+     sparse Router";
 /// The Transformer module's `transformer_task` values pg_embed computes.
 const SUPPORTED_TASKS: &str = "feature-extraction (hidden states), fill-mask (masked-LM logits for \
      SpladePooling), sequence-classification (the classification head of config.json)";
@@ -252,6 +262,137 @@ pub struct SparseLayout {
     pub default_route: Option<String>,
 }
 
+/// A Router after pooling (an asymmetric dense model): Dense modules per route, the route
+/// picked by task (`encode_query`, `encode_document`, `encode(task=...)`).
+/// sentence-transformers 5 and later save it as `N_Router/router_config.json` with
+/// `<route>_<i>_Dense/` folders; 3.x and 4.x as `models.Asym`, `N_Asym/config.json`.
+#[derive(Debug)]
+pub struct DenseRouter {
+    /// The module's class path, as modules.json names it.
+    pub class: String,
+    /// The config it was read from (router_config.json, or an Asym's config.json).
+    pub path: PathBuf,
+    /// Each route's name and Dense module folders, in the order the config lists them.
+    pub routes: Vec<(String, Vec<PathBuf>)>,
+    /// The route a call that names none takes: a Router's `default_route`, or its first
+    /// route when that is null and `allow_empty_key` is true (what sentence-transformers 5
+    /// and 6 do); for an Asym its `document` route. None for a Router without either.
+    pub default_route: Option<String>,
+    /// Where `default_route` came from (or why there is none), for model_info.
+    pub default_from: &'static str,
+    /// Saved by sentence-transformers < 5 (`models.Asym`, config.json): there an input
+    /// without a route key passes the Asym untouched (no route's heads: a vector of the
+    /// pooling's width), which pg_embed does not give; a call that names no route takes the
+    /// `document` route, as the 5.x / 6.x layout of the same model does.
+    pub legacy_asym: bool,
+    /// How many of the layout's `dense` modules come before the Router (the rest after it).
+    pub after_dense: usize,
+}
+
+/// A Router's (or Asym's) config: router_config.json, else (sentence-transformers < 5)
+/// config.json, as sentence-transformers 5 and 6 read it.
+struct RouterConfig {
+    path: PathBuf,
+    legacy: bool,
+    types: BTreeMap<String, String>,
+    /// Routes in the order listed (the first is the default of a Router without one).
+    structure: Vec<(String, Vec<String>)>,
+    default_route: Option<String>,
+    allow_empty_key: bool,
+    route_mappings: serde_json::Map<String, serde_json::Value>,
+}
+
+impl RouterConfig {
+    fn read(folder: &Path) -> Result<Self> {
+        #[derive(Deserialize)]
+        struct Raw {
+            types: BTreeMap<String, String>,
+            structure: Ordered<Vec<String>>,
+            #[serde(default)]
+            parameters: Parameters,
+        }
+        #[derive(Deserialize)]
+        struct Parameters {
+            default_route: Option<String>,
+            #[serde(default = "yes")]
+            allow_empty_key: bool,
+            #[serde(default)]
+            route_mappings: Option<serde_json::Map<String, serde_json::Value>>,
+        }
+        impl Default for Parameters {
+            fn default() -> Self {
+                Parameters { default_route: None, allow_empty_key: true, route_mappings: None }
+            }
+        }
+        let mut path = folder.join("router_config.json");
+        let mut legacy = false;
+        if !path.exists() && folder.join("config.json").exists() {
+            path = folder.join("config.json");
+            legacy = true;
+        }
+        let raw: Raw = read_json(&path)?;
+        if raw.structure.0.is_empty() {
+            return Err(Error::invalid_file(&path, "the Router has no routes"));
+        }
+        for (route, modules) in &raw.structure.0 {
+            if let Some(m) = modules.iter().find(|m| !raw.types.contains_key(*m)) {
+                return Err(Error::invalid_file(&path, format!("route \"{route}\" names module \"{m}\", which \"types\" does not list")));
+            }
+        }
+        let p = raw.parameters;
+        if let Some(route) = p.default_route.as_ref().filter(|r| !raw.structure.0.iter().any(|(n, _)| n == *r)) {
+            return Err(Error::invalid_file(&path, format!("default_route \"{route}\" is not a route")));
+        }
+        Ok(RouterConfig {
+            path,
+            legacy,
+            types: raw.types,
+            structure: raw.structure.0,
+            default_route: p.default_route,
+            allow_empty_key: p.allow_empty_key,
+            route_mappings: p.route_mappings.unwrap_or_default(),
+        })
+    }
+
+    fn kind(&self, module: &str) -> Option<Kind> {
+        kind_of_class(self.types.get(module).map(String::as_str).unwrap_or_default())
+    }
+
+    /// A route's modules as their class paths.
+    fn classes(&self, modules: &[String]) -> String {
+        let classes: Vec<&str> = modules.iter().map(|m| self.types.get(m).map_or(m.as_str(), String::as_str)).collect();
+        classes.join(", ")
+    }
+}
+
+/// A JSON object read as its (key, value) pairs in the order written (serde_json's map
+/// sorts its keys).
+struct Ordered<V>(Vec<(String, V)>);
+
+impl<'de, V: Deserialize<'de>> Deserialize<'de> for Ordered<V> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Pairs<V>(std::marker::PhantomData<V>);
+        impl<'de, V: Deserialize<'de>> serde::de::Visitor<'de> for Pairs<V> {
+            type Value = Ordered<V>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> std::result::Result<Ordered<V>, A::Error> {
+                let mut pairs: Vec<(String, V)> = Vec::new();
+                while let Some((k, v)) = map.next_entry::<String, V>()? {
+                    // A key given twice: the last one wins, in the first one's place (as Python's dict).
+                    match pairs.iter_mut().find(|(name, _)| *name == k) {
+                        Some(pair) => pair.1 = v,
+                        None => pairs.push((k, v)),
+                    }
+                }
+                Ok(Ordered(pairs))
+            }
+        }
+        d.deserialize_map(Pairs(std::marker::PhantomData))
+    }
+}
+
 /// What a sentence-transformers directory says about the pipeline.
 #[derive(Debug)]
 pub struct Layout {
@@ -266,8 +407,10 @@ pub struct Layout {
     pub transformer: TransformerConfig,
     /// The Pooling module, if there is one.
     pub pooling: Option<PoolingModule>,
-    /// Dense module folders, in pipeline order.
+    /// Dense module folders, in pipeline order (a Router's routes not included).
     pub dense: Vec<PathBuf>,
+    /// A Router (or Asym) of Dense modules per route, among the Dense modules.
+    pub router: Option<DenseRouter>,
     pub normalize: bool,
     /// Named prompts and the default prompt name (config_sentence_transformers.json).
     pub prompts: ModelConfig,
@@ -339,6 +482,7 @@ impl Layout {
             transformer: TransformerConfig::default(),
             pooling: None,
             dense: Vec::new(),
+            router: None,
             normalize: false,
             prompts: ModelConfig::default(),
         };
@@ -391,6 +535,14 @@ impl Layout {
                         document_route: None,
                         default_route: None,
                     });
+                }
+                // Dense heads per route after pooling (an asymmetric dense model).
+                Some(Kind::Router)
+                    if (layout.pooling.is_some() || layout.encoder == Encoder::Static)
+                        && layout.router.is_none()
+                        && !layout.normalize =>
+                {
+                    layout.router = Some(read_dense_router(&folder, &module.kind, layout.dense.len())?)
                 }
                 // A StaticEmbedding pools (its mean) itself.
                 Some(Kind::Dense)
@@ -454,23 +606,9 @@ impl Layout {
     /// SparseStaticEmbedding (the query side: a weight per token, no model run) and one of
     /// an MLMTransformer and a SpladePooling (the document side).
     fn read_router(&mut self, folder: &Path) -> Result<()> {
-        #[derive(Deserialize)]
-        struct RouterConfig {
-            types: BTreeMap<String, String>,
-            structure: BTreeMap<String, Vec<String>>,
-            #[serde(default)]
-            parameters: RouterParameters,
-        }
-        #[derive(Default, Deserialize)]
-        struct RouterParameters {
-            default_route: Option<String>,
-        }
-        let path = folder.join("router_config.json");
-        let config: RouterConfig = read_json(&path)?;
-        let kind = |name: &str| {
-            let class = config.types.get(name).map(String::as_str).unwrap_or_default();
-            kind_of_class(class)
-        };
+        let config = RouterConfig::read(folder)?;
+        let path = config.path.clone();
+        let kind = |name: &str| config.kind(name);
         let (mut query, mut document) = (None, None);
         for (route, modules) in &config.structure {
             let kinds: Vec<Option<Kind>> = modules.iter().map(|m| kind(m)).collect();
@@ -486,13 +624,11 @@ impl Layout {
                     document = Some((route.clone(), safe_join(folder, &modules[0], &path)?, safe_join(folder, &modules[1], &path)?))
                 }
                 _ => {
-                    let classes: Vec<&str> =
-                        modules.iter().map(|m| config.types.get(m).map_or(m.as_str(), String::as_str)).collect();
                     return Err(Error::Unsupported {
                         what: "Router route",
-                        value: format!("{route}: {}", classes.join(", ")),
+                        value: format!("{route}: {}", config.classes(modules)),
                         path,
-                        supported: "a route of SparseStaticEmbedding (query) and one of MLMTransformer, SpladePooling (document)",
+                        supported: SPARSE_ROUTER,
                     })
                 }
             }
@@ -500,15 +636,12 @@ impl Layout {
         let Some((document_route, mlm, splade)) = document else {
             return Err(Error::Unsupported {
                 what: "Router",
-                value: format!("routes {}", config.structure.keys().cloned().collect::<Vec<_>>().join(", ")),
+                value: format!("routes {}", config.structure.iter().map(|(r, _)| r.as_str()).collect::<Vec<_>>().join(", ")),
                 path,
-                supported: "a route of SparseStaticEmbedding (query) and one of MLMTransformer, SpladePooling (document)",
+                supported: SPARSE_ROUTER,
             });
         };
-        let default_route = config.parameters.default_route;
-        if let Some(route) = default_route.as_ref().filter(|r| !config.structure.contains_key(*r)) {
-            return Err(Error::invalid_file(&path, format!("default_route \"{route}\" is not a route")));
-        }
+        let default_route = config.default_route;
         self.encoder = Encoder::MaskedLm;
         self.transformer = TransformerConfig::read(&mlm)?.0;
         self.backbone_dir = mlm;
@@ -522,6 +655,63 @@ impl Layout {
         });
         Ok(())
     }
+}
+
+/// What a Router as the only module may hold.
+const SPARSE_ROUTER: &str = "a route of SparseStaticEmbedding (query) and one of MLMTransformer, SpladePooling \
+     (document); a Router of Dense modules per route comes after a Transformer and Pooling";
+
+/// A Router (or Asym) after pooling: each route's Dense module folders, and the route a call
+/// without one takes. `class` is its class path in modules.json; `after_dense` how many Dense
+/// modules come before it. A route holding anything but Dense modules, or `route_mappings`
+/// (routes by modality), is refused naming it.
+fn read_dense_router(folder: &Path, class: &str, after_dense: usize) -> Result<DenseRouter> {
+    let config = RouterConfig::read(folder)?;
+    if !config.route_mappings.is_empty() {
+        return Err(Error::Unsupported {
+            what: "Router route_mappings",
+            value: serde_json::Value::Object(config.route_mappings.clone()).to_string(),
+            path: config.path,
+            supported: "routes chosen by task name (pg_embed passes text only: no (task, modality) mappings)",
+        });
+    }
+    let mut routes = Vec::with_capacity(config.structure.len());
+    for (route, modules) in &config.structure {
+        if let Some(other) = modules.iter().find(|m| config.kind(m) != Some(Kind::Dense)) {
+            let class_of = config.types.get(other).map_or(other.as_str(), String::as_str);
+            return Err(Error::Unsupported {
+                what: "Router route",
+                value: format!("{route}: {} (module {other}: {class_of}) in {class}", config.classes(modules)),
+                path: config.path.clone(),
+                supported: SUPPORTED_DENSE_ROUTES,
+            });
+        }
+        let folders = modules.iter().map(|m| safe_join(folder, m, &config.path)).collect::<Result<Vec<_>>>()?;
+        routes.push((route.clone(), folders));
+    }
+    let (default_route, default_from) = match (config.legacy, config.default_route, config.allow_empty_key) {
+        // sentence-transformers 3.x / 4.x: an input without a key passes the Asym untouched;
+        // pg_embed gives the document route there, as `encode` and `encode_document` do for
+        // the same model saved by 5.x / 6.x (see `legacy_asym`).
+        (true, _, _) => match config.structure.iter().find(|(r, _)| r == "document") {
+            Some((r, _)) => (Some(r.clone()), "the document route (an Asym has no default; encode_document's)"),
+            None => (None, "none: an Asym (sentence-transformers < 5) without a document route"),
+        },
+        (false, Some(route), _) => (Some(route), "default_route"),
+        (false, None, true) => {
+            (config.structure.first().map(|(r, _)| r.clone()), "the first route (default_route null, allow_empty_key true)")
+        }
+        (false, None, false) => (None, "none: default_route null, allow_empty_key false"),
+    };
+    Ok(DenseRouter {
+        class: class.to_string(),
+        path: config.path,
+        routes,
+        default_route,
+        default_from,
+        legacy_asym: config.legacy,
+        after_dense,
+    })
 }
 
 /// The modules' class paths in order, as modules.json lists them.

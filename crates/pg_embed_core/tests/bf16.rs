@@ -58,14 +58,17 @@ fn divergence(got: &[Vec<f32>], want: &[Vec<f32>]) -> Divergence {
 
 impl Deviation {
     /// Whether a bfloat16 run that is `d` from the float32 one stays within what PyTorch's
-    /// own bfloat16 run moves the model: element-wise at most 2x PyTorch's max abs
+    /// own bfloat16 run moves the model: element-wise at most 2.5x PyTorch's max abs
     /// difference; for embeddings, 1 - cosine at most 4x PyTorch's (a logit row of 1 to 3
     /// labels has no useful cosine). See the test below for where these come from.
     fn allows(&self, d: Divergence) -> bool {
-        d.max_abs <= 2.0 * self.torch_max_abs
+        d.max_abs <= MAX_ABS_FACTOR * self.torch_max_abs
             && (self.output != "embedding" || 1.0 - d.min_cos <= 4.0 * (1.0 - self.torch_min_cosine))
     }
 }
+
+/// The element-wise bound's factor on PyTorch's max abs difference (see the every-model test).
+const MAX_ABS_FACTOR: f32 = 2.5;
 
 fn reference() -> Reference {
     let path = root().join("tests/fixtures/bf16_reference.json");
@@ -116,10 +119,14 @@ fn minilm_in_bfloat16_is_within_cosine_0_9999_of_sentence_transformers() {
 /// Every model: pg_embed's bfloat16 outputs differ from its float32 ones (equal to the
 /// reference's, as the parity suites check) about as much as PyTorch's bfloat16 run differs
 /// from its float32 run. Rounding moves each of the 4 inputs by chance, so one run of either
-/// lands on either side of the other (measured on 65 models: pg_embed's max abs difference
-/// was 0.36x to 1.73x PyTorch's, 1 - cosine 0.25x to 2.05x for the 47 embeddings), though pg_embed
+/// lands on either side of the other (measured on 83 models: pg_embed's max abs difference
+/// was 0.19x to 2.29x PyTorch's, 1 - cosine 0.25x to 2.05x for the embeddings), though pg_embed
 /// rounds less (torch.autocast also rounds every product's output and runs norms on it).
-/// The bound: element-wise at most 2x PyTorch's max abs difference; for embeddings, 1 -
+/// The largest, 2.29x, is eurobert_classify_mean's one regression logit (5.68 on the input
+/// "x"): PyTorch float32 with the inputs and weights of every Linear and attention product
+/// rounded to bfloat16, where pg_embed rounds, moves it by 5.9e-2, pg_embed by 6.6e-2, and
+/// autocast by 2.9e-2.
+/// The bound: element-wise at most 2.5x PyTorch's max abs difference; for embeddings, 1 -
 /// cosine at most 4x PyTorch's (a logit row of 1 to 3 labels has no useful cosine). A
 /// layer left in float32 would show as no change at all; a wrong bfloat16 product as
 /// differences of the size of the outputs.
@@ -211,7 +218,7 @@ fn forced_kernels_stay_within_pytorchs_bfloat16_deviation() {
                 kernel.name(),
                 d.max_abs,
                 d.min_cos,
-                2.0 * torch.torch_max_abs,
+                MAX_ABS_FACTOR * torch.torch_max_abs,
                 1.0 - 4.0 * (1.0 - torch.torch_min_cosine)
             );
             if !torch.allows(d) {

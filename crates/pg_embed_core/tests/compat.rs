@@ -21,6 +21,10 @@ const LOGIT_TOLERANCE: f32 = 1e-4;
 const SCORE_TOLERANCE: f32 = 1e-5;
 /// Sparse weights (tests/sparse.rs).
 const WEIGHT_TOLERANCE: f32 = 1e-4;
+/// Asymmetric models (the router rows), on top of `close`'s bounds: each route's vector
+/// within this of the reference's, with at least this cosine (issue 43).
+const ROUTE_ABS_TOLERANCE: f32 = 1e-4;
+const ROUTE_COSINE_MIN: f32 = 0.99999;
 
 fn compat() -> std::path::PathBuf {
     root().join("tests/fixtures/compat")
@@ -199,6 +203,67 @@ fn check_sparse(p: &Pipeline, row: &Value, ctx: &Ctx) -> Check {
     Ok(worst)
 }
 
+/// `close`, and the router rows' stricter cosine and absolute bounds.
+fn close_route(got: &[f32], want: &[f32], what: &str) -> Check {
+    let worst = close(got, want, what)?;
+    let cos = cosine(got, want);
+    if cos < ROUTE_COSINE_MIN || worst > ROUTE_ABS_TOLERANCE {
+        return Err(format!("{what}: cosine {cos}, max abs diff {worst:e} (bounds {ROUTE_COSINE_MIN}, {ROUTE_ABS_TOLERANCE:e})"));
+    }
+    Ok(worst)
+}
+
+/// An asymmetric model (a Router of Dense heads after pooling; models.Asym before 5.0): the
+/// query route (`embed(m, t, 'query')`, `encode_query`) against `embedding_query`; the
+/// document route (`'document'`, `encode_document`) against `embedding_document`, one by one
+/// and in one batch. Without a route: a Router (5.x, 6.x) takes its default_route, here
+/// "document", as `encode` does; an Asym folder (3.x, 4.x, where `encode(text)` without a
+/// route key runs no route's heads) takes its document route, as `encode_document` does.
+fn check_router(p: &Pipeline, name: &str, row: &Value, ctx: &Ctx) -> Check {
+    let want_dim = row["description"]["dim"].as_u64().unwrap() as usize;
+    if p.dim() != want_dim {
+        return Err(format!("dim {}, the reference's is {want_dim}", p.dim()));
+    }
+    let with_default = |route: &str| {
+        let options = Options::from_json(&serde_json::json!({ "prompt": route })).unwrap();
+        Pipeline::load(&compat().join(name), &options).map_err(err("load with options.prompt"))
+    };
+    let document_default = with_default("document")?;
+    let query_default = with_default("query")?;
+    let cases = row["cases"].as_array().unwrap();
+    let mut worst = 0f32;
+    let mut texts = Vec::new();
+    for case in cases {
+        let text = ctx.text(case);
+        let what = case["name"].as_str().unwrap();
+        let (want_q, want_d) = (floats(&case["embedding_query"]), floats(&case["embedding_document"]));
+        let query = p.embed_with_prompt(&[text], Some("query")).map_err(err(what))?.remove(0);
+        worst = worst.max(close_route(&query, &want_q, &format!("{what} query"))?);
+        let document = p.embed_with_prompt(&[text], Some("document")).map_err(err(what))?.remove(0);
+        worst = worst.max(close_route(&document, &want_d, &format!("{what} document"))?);
+        if query == document {
+            return Err(format!("{what}: the query and document routes give the same vector"));
+        }
+        // No route named: the document route, in the Router (its default_route) and the
+        // Asym layout alike.
+        let got = p.embed(&[text]).map_err(err(what))?.remove(0);
+        worst = worst.max(close_route(&got, &want_d, &format!("{what} default route"))?);
+        let got = document_default.embed(&[text]).map_err(err(what))?.remove(0);
+        worst = worst.max(close_route(&got, &want_d, &format!("{what} options.prompt document"))?);
+        let got = query_default.embed(&[text]).map_err(err(what))?.remove(0);
+        worst = worst.max(close_route(&got, &want_q, &format!("{what} options.prompt query"))?);
+        texts.push(text);
+    }
+    let queries = p.embed_with_prompt(&texts, Some("query")).map_err(err("batched query"))?;
+    let documents = document_default.embed_batched(&texts, 1 << 20, 1, || Ok(())).map_err(err("batched document"))?;
+    for ((q, d), case) in queries.iter().zip(&documents).zip(cases) {
+        let what = case["name"].as_str().unwrap();
+        worst = worst.max(close_route(q, &floats(&case["embedding_query"]), &format!("{what} query (batched)"))?);
+        worst = worst.max(close_route(d, &floats(&case["embedding_document"]), &format!("{what} document (batched)"))?);
+    }
+    Ok(worst)
+}
+
 /// CLIP: texts through the text tower, image files through the vision tower.
 fn check_clip(p: &Pipeline, row: &Value) -> Check {
     let mut worst = 0f32;
@@ -242,6 +307,7 @@ fn check_row(name: &str, row: &Value, ctx: &Ctx) -> Result<String, String> {
         "cross_encoder" => check_cross_encoder(&p, row, ctx),
         "splade_mlm" | "splade_fillmask" | "inference_free" => check_sparse(&p, row, ctx),
         "clip" => check_clip(&p, row),
+        "router" => check_router(&p, name, row, ctx),
         _ => check_dense(&p, row, ctx),
     }?;
     Ok(format!("same numbers, max abs diff {worst:.1e}"))

@@ -95,7 +95,7 @@ impl Pipeline {
             return Ok(Vec::new());
         }
         let pooled = self.pool_images(pixels, &self.pooling)?;
-        self.finish(pooled)
+        self.finish(pooled, self.route_of(None)?)
     }
 
     /// Raw logits [num_labels] per image of an image-classification model, in input order

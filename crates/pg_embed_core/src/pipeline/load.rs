@@ -10,6 +10,7 @@ use tokenizers::{PostProcessor, TruncationParams};
 
 use super::text::{check_token_ids, load_tokenizer, passes_type_ids, prompt_length, tokenizer_max_length};
 use super::text::{Prompt, Text};
+use super::routes::{Routes, Routing};
 use super::{known_prompts, Input, Pipeline, PipelineInfo, Share, Sharing, SparseStage, Stats};
 use crate::classifier::{Classifier, HeadConfig};
 use crate::error::{Error, Result};
@@ -176,7 +177,7 @@ impl Pipeline {
         });
         let (text, images, query) = inputs?;
         let (weights, sharing) = weights?;
-        let Weights { backbone, classifier, heads, parameters, mlm } = &*weights;
+        let Weights { backbone, classifier, heads, parameters, mlm, routes } = &*weights;
         let parameters = *parameters;
         let sparse = match (&layout.sparse, mlm) {
             (Some(layout), Some(mlm)) => Some(SparseStage {
@@ -193,7 +194,11 @@ impl Pipeline {
         // The heads' sizes were checked in order when the weights were built.
         let dim = match &sparse {
             Some(s) => s.vocab,
-            None => heads.last().map_or_else(|| pooled_dim(&pooling, backbone.as_ref(), &config), |h| h.out_features),
+            None => weights.output_dim().unwrap_or_else(|| pooled_dim(&pooling, backbone.as_ref(), &config)),
+        };
+        let routing = match (&layout.router, routes) {
+            (Some(router), Some(routes)) => Some(Routing::new(router, routes, options)),
+            _ => None,
         };
         let classifier = classifier.as_ref();
         let dimensions = match options.dimensions {
@@ -232,6 +237,7 @@ impl Pipeline {
             pooling: pooling.clone(),
             pooling_from,
             heads: heads.iter().map(Dense::describe).collect(),
+            router: routing.as_ref().zip(routes.as_ref()).map(|(routing, routes)| routing.describe(routes)),
             normalize,
             dimensions,
             normalize_after_truncation,
@@ -253,6 +259,7 @@ impl Pipeline {
             stats: Stats::default(),
             hidden_size: config.hidden_size(),
             weights,
+            routing,
             pooling,
             normalize,
             dimensions,
@@ -273,6 +280,18 @@ pub(crate) struct Weights {
     pub parameters: usize,
     /// A sparse encoder's masked-language-model head.
     pub mlm: Option<MlmHead>,
+    /// An asymmetric model's Router: each route's heads, run among `heads`.
+    pub routes: Option<Routes>,
+}
+
+impl Weights {
+    /// The width the heads give (None: no heads, the pooling's width).
+    pub(crate) fn output_dim(&self) -> Option<usize> {
+        match &self.routes {
+            Some(r) => Some(self.heads.get(r.at..).and_then(<[Dense]>::last).map_or(r.dim, |h| h.out_features)),
+            None => self.heads.last().map(|h| h.out_features),
+        }
+    }
 }
 
 /// The parsed configs the weights are built from.
@@ -378,9 +397,18 @@ fn build_weights(
     }
 
     let mut heads = Vec::with_capacity(layout.dense.len());
+    let mut routes = None;
     let mut dim = pooled_dim(pooling, backbone.as_ref(), config);
-    // A classifier ends in its head: sentence-transformers' Dense modules do not apply.
-    for folder in layout.dense.iter().filter(|_| !classify) {
+    // A classifier ends in its head: sentence-transformers' Dense modules (and a Router of
+    // them) do not apply.
+    for i in (0..=layout.dense.len()).filter(|_| !classify) {
+        // An asymmetric model's Router, where it stands among the Dense modules.
+        if let Some(router) = layout.router.as_ref().filter(|r| r.after_dense == i) {
+            let loaded = Routes::load(router, dim, heads.len())?;
+            dim = loaded.dim;
+            routes = Some(loaded);
+        }
+        let Some(folder) = layout.dense.get(i) else { break };
         let head = Dense::load(folder)?;
         if head.in_features != dim {
             return Err(Error::invalid_file(
@@ -400,8 +428,10 @@ fn build_weights(
         dim = head.out_features;
         heads.push(head);
     }
-    let parameters = parameters + heads.iter().map(Dense::parameters).sum::<usize>();
-    Ok(Weights { backbone, classifier, heads, parameters, mlm })
+    let parameters = parameters
+        + heads.iter().map(Dense::parameters).sum::<usize>()
+        + routes.as_ref().map_or(0, Routes::parameters);
+    Ok(Weights { backbone, classifier, heads, parameters, mlm, routes })
 }
 
 /// The width of the pooling stage's output: each mode's, concatenated.
@@ -457,12 +487,21 @@ fn shared_weights(
                 parameters: usize,
                 #[serde(default)]
                 mlm: Option<MlmHead>,
+                #[serde(default)]
+                routes: Option<Routes>,
             }
             let weights = file.restore(|parts| {
                 let d: Described = serde_json::from_value(parts)
                     .map_err(|e| Error::invalid_file(&file.path, format!("cannot restore the weights: {e}")))?;
                 let backbone = config.restore(d.backbone)?;
-                Ok(Weights { backbone, classifier: d.classifier, heads: d.heads, parameters: d.parameters, mlm: d.mlm })
+                Ok(Weights {
+                    backbone,
+                    classifier: d.classifier,
+                    heads: d.heads,
+                    parameters: d.parameters,
+                    mlm: d.mlm,
+                    routes: d.routes,
+                })
             })?;
             let sharing = Sharing {
                 file: Some(file.path.clone()),
@@ -624,8 +663,10 @@ fn load_text(
         (None, Some(name)) => Some(name.clone()),
         (None, None) => None,
     };
+    // options.prompt may name a route of an asymmetric model instead (its default route).
+    let is_route = |name: &str| layout.router.as_ref().is_some_and(|r| r.routes.iter().any(|(n, _)| n == name));
     if let Some(name) = &default_prompt {
-        if !name.is_empty() && !prompts.contains_key(name) {
+        if !name.is_empty() && !prompts.contains_key(name) && !is_route(name) {
             return Err(Error::UnknownPrompt { name: name.clone(), known: known_prompts(&prompt_texts) });
         }
     }

@@ -21,6 +21,7 @@ use crate::processor::ImageProcessor;
 mod batch;
 mod images;
 mod load;
+mod routes;
 mod sparse;
 #[cfg(test)]
 mod tests;
@@ -61,6 +62,10 @@ pub struct PipelineInfo {
     /// Where the pooling came from: a file, "options", or the default.
     pub pooling_from: String,
     pub heads: Vec<serde_json::Value>,
+    /// An asymmetric model's Router: each route's heads, the default route, and where the
+    /// routes run among `heads` (`after_heads`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub router: Option<serde_json::Value>,
     /// Whether the output is L2-normalised (the Normalize module, or options).
     pub normalize: bool,
     /// Matryoshka truncation (`options.dimensions`), if any.
@@ -156,6 +161,8 @@ pub struct Pipeline {
     /// The backbone, the classification head (task "classify") or the projection heads:
     /// mapped from the shared file, or built here (and shared with the thread writing it).
     weights: std::sync::Arc<load::Weights>,
+    /// How a call picks a route of the Router of heads (an asymmetric model).
+    routing: Option<routes::Routing>,
     pooling: Vec<PoolingMode>,
     normalize: bool,
     dimensions: Option<usize>,
@@ -266,6 +273,8 @@ impl Pipeline {
         match self.text()?.prompts.get(name) {
             Some(p) if p.text.is_empty() => Ok(None),
             Some(p) => Ok(Some(p)),
+            // A route's name (an asymmetric model) need not be a prompt too.
+            None if self.is_route(name) => Ok(None),
             None => Err(Error::UnknownPrompt { name: name.into(), known: known_prompts(&self.info.prompts) }),
         }
     }
@@ -331,9 +340,11 @@ impl Pipeline {
     /// Embeds a batch of inputs with a named prompt prepended to each, as
     /// sentence-transformers' `encode(..., prompt_name=...)` does: `None` is the default
     /// prompt (if any), `Some("")` no prompt.
+    /// For an asymmetric model, `prompt_name` also picks the route (see `routes`).
     pub fn embed_with_prompt(&self, texts: &[&str], prompt_name: Option<&str>) -> Result<Vec<Vec<f32>>> {
+        let route = self.route_of(prompt_name)?;
         let prepared = self.prepare(texts, prompt_name, 1)?;
-        let vectors = self.embed_encoded(&prepared.rows.iter().collect::<Vec<_>>())?;
+        let vectors = self.embed_encoded(&prepared.rows.iter().collect::<Vec<_>>(), route)?;
         Ok(self.combine(vectors, &prepared.spans))
     }
 
@@ -348,13 +359,14 @@ impl Pipeline {
         threads: usize,
         mut before_batch: impl FnMut() -> Result<()>,
     ) -> Result<Vec<Vec<f32>>> {
+        let route = self.route_of(None)?;
         let prepared = self.prepare(texts, None, threads)?;
         let encoded = &prepared.rows;
         let lengths: Vec<usize> = encoded.iter().map(|r| r.ids.len()).collect();
         let threads = self.compute_threads(threads);
         let out = in_batches(&lengths, max_batch_tokens, threads, &mut before_batch, |batch| {
             let rows: Vec<&Encoded> = batch.iter().map(|&i| &encoded[i]).collect();
-            self.embed_encoded(&rows)
+            self.embed_encoded(&rows, route)
         })?;
         Ok(self.combine(out, &prepared.spans))
     }
@@ -472,18 +484,20 @@ impl Pipeline {
             .collect()
     }
 
-    /// One batch of encoded inputs through backbone, pooling, heads, normalize.
-    fn embed_encoded(&self, rows: &[&Encoded]) -> Result<Vec<Vec<f32>>> {
+    /// One batch of encoded inputs through backbone, pooling, heads (of `route`, for an
+    /// asymmetric model), normalize.
+    fn embed_encoded(&self, rows: &[&Encoded], route: Option<&routes::Route>) -> Result<Vec<Vec<f32>>> {
         if rows.is_empty() {
             return Ok(Vec::new());
         }
         let pooled = self.forward_pooled(rows, &self.pooling)?;
-        self.finish(pooled)
+        self.finish(pooled, route)
     }
 
-    /// Pooled rows through the projection heads, normalize and truncation.
-    fn finish(&self, pooled: Vec<Vec<f32>>) -> Result<Vec<Vec<f32>>> {
-        let mut out = self.apply_heads(pooled)?;
+    /// Pooled rows through the projection heads (those of `route`, for an asymmetric
+    /// model), normalize and truncation.
+    fn finish(&self, pooled: Vec<Vec<f32>>, route: Option<&routes::Route>) -> Result<Vec<Vec<f32>>> {
+        let mut out = self.apply_heads(pooled, route)?;
         if self.normalize {
             pooling::l2_normalize(&mut out);
         }
@@ -536,11 +550,12 @@ impl Pipeline {
         run().map_err(Error::inference)
     }
 
-    /// The projection heads, in order, over pooled rows.
-    fn apply_heads(&self, rows: Vec<Vec<f32>>) -> Result<Vec<Vec<f32>>> {
-        let Some(last) = self.weights.heads.last() else { return Ok(rows) };
+    /// The projection heads, in order, over pooled rows (with `route`'s among them).
+    fn apply_heads(&self, rows: Vec<Vec<f32>>, route: Option<&routes::Route>) -> Result<Vec<Vec<f32>>> {
+        let heads = self.heads_of(route);
+        let Some(last) = heads.last() else { return Ok(rows) };
         let mut x = rows.concat();
-        for head in &self.weights.heads {
+        for head in &heads {
             x = head.forward(&x);
         }
         Ok(x.chunks(last.out_features.max(1)).map(<[f32]>::to_vec).collect())
@@ -660,6 +675,12 @@ impl Pipeline {
     /// One batch of encoded inputs (or pairs) through backbone and classification head.
     fn classify_encoded(&self, classifier: &Classifier, rows: &[&Encoded]) -> Result<Vec<Vec<f32>>> {
         let packed = Packed::of(rows);
+        if classifier.reads_every_token() {
+            let batch = packed.batch();
+            self.stats.forward_passes.fetch_add(1, Relaxed);
+            let hidden = self.weights.backbone.forward(&batch).map_err(Error::inference)?;
+            return Ok(classifier.late_logits(&hidden, batch.bounds));
+        }
         let lasts: Vec<usize> = match classifier.reads_last_non_padding() {
             Some(pad) => rows.iter().map(|r| last_non_padding(&r.ids, pad)).collect(),
             None => Vec::new(),

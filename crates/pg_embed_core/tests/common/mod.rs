@@ -10,6 +10,10 @@ use serde::Deserialize;
 use pg_embed_core::options::Options;
 use pg_embed_core::pipeline::Pipeline;
 
+/// The checker of the decoders / families fixture sets (golden.json in
+/// tests/fixtures/decoders' layout).
+pub mod golden_set;
+
 #[derive(Deserialize)]
 pub struct Golden {
     pub max_seq_length: usize,
@@ -185,7 +189,8 @@ pub fn check_cases(name: &str, pipeline: &Pipeline, key: &str, prompt: Option<&s
 
 /// The texts every model is checked on where a test needs the same few inputs for all
 /// (tests/fixtures/bf16_reference.json names them too).
-pub const TEXTS: &[&str] = &["a cat sat on the mat", "Hello, world!", "x", "the quick brown fox jumps over the lazy dog"];
+pub const TEXTS: &[&str] =
+    &["a cat sat on the mat", "Hello, world!", "x", "the quick brown fox jumps over the lazy dog"];
 
 /// Everything the pipeline computes for a few inputs: embeddings or logits of [`TEXTS`], of
 /// two images for image models (texts first for a model that takes both).
@@ -219,7 +224,14 @@ pub fn outputs(p: &Pipeline) -> Vec<Vec<f32>> {
 pub fn model_dirs() -> Vec<PathBuf> {
     let fixtures = root().join("tests/fixtures");
     let mut dirs = Vec::new();
-    for group in [fixtures.clone(), fixtures.join("backbones"), fixtures.join("classify"), fixtures.join("decoders"), fixtures.join("images")] {
+    for group in [
+        fixtures.clone(),
+        fixtures.join("backbones"),
+        fixtures.join("classify"),
+        fixtures.join("decoders"),
+        fixtures.join("families"),
+        fixtures.join("images"),
+    ] {
         for entry in std::fs::read_dir(&group).unwrap() {
             let path = entry.unwrap().path();
             if path.join("config.json").exists() || path.join("modules.json").exists() {
@@ -231,4 +243,3 @@ pub fn model_dirs() -> Vec<PathBuf> {
     dirs.push(root().join("models/all-MiniLM-L6-v2"));
     dirs
 }
-
