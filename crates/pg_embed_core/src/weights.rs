@@ -1,8 +1,12 @@
-//! Weight I/O: safetensors files read into memory as float32 tensors (never mapped: a file
-//! changed under a mapping could crash the backend), and their sizes from the headers alone.
+//! Weight I/O: safetensors files read as float32 tensors (never mapped: a file changed
+//! under a mapping could crash the backend), and their sizes from the headers alone. A
+//! backbone's weights (one `model.safetensors`, or the shards a
+//! `model.safetensors.index.json` lists) are read one tensor at a time, when the model asks
+//! for it: loading holds the model being built plus one tensor, not the whole file.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
@@ -28,7 +32,8 @@ pub fn prepared_bytes(dir: &Path, precision: Precision) -> Result<u64> {
     for path in crate::st::files_under(dir, |_| Ok(()))? {
         if path.extension().is_some_and(|e| e == "safetensors") {
             let is_backbone = backbone.as_deref().is_some_and(|b| {
-                path.parent() == Some(b) && path.file_name().is_some_and(|n| n == "model.safetensors")
+                path.parent() == Some(b)
+                    && path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("model"))
             });
             total = total.saturating_add(safetensors_prepared_bytes(&path, is_backbone)?);
         }
@@ -109,11 +114,160 @@ pub fn read_safetensors(path: &Path) -> Result<HashMap<String, Tensor>> {
         .collect()
 }
 
-/// The backbone's model.safetensors and its parameter count.
+/// The backbone's weights under `dir` (`model.safetensors`, else the shards of
+/// `model.safetensors.index.json`), read one tensor at a time as the model asks for them,
+/// and their parameter count.
 pub fn load_weights(dir: &Path, device: &Device) -> Result<(VarBuilder<'static>, usize)> {
-    let tensors = read_safetensors(&dir.join("model.safetensors"))?;
-    let parameters = tensors.values().map(Tensor::elem_count).sum();
-    Ok((VarBuilder::from_tensors(tensors, DType::F32, device), parameters))
+    let tensors = Tensors::open(&backbone_files(dir)?)?;
+    let parameters = tensors.parameters();
+    Ok((VarBuilder::from_backend(Box::new(tensors), DType::F32, device.clone()), parameters))
+}
+
+/// The backbone's safetensors files in `dir`: `model.safetensors`, or the shards that
+/// `model.safetensors.index.json` names (as transformers saves models over its shard size).
+pub fn backbone_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let single = dir.join("model.safetensors");
+    let index = dir.join("model.safetensors.index.json");
+    if single.exists() || !index.exists() {
+        return Ok(vec![single]);
+    }
+    #[derive(serde::Deserialize)]
+    struct Index {
+        weight_map: std::collections::BTreeMap<String, String>,
+    }
+    let parsed: Index = crate::st::read_json(&index)?;
+    let mut files: Vec<&String> = parsed.weight_map.values().collect();
+    files.sort();
+    files.dedup();
+    files
+        .into_iter()
+        .map(|name| {
+            let plain = Path::new(name).components().count() == 1
+                && matches!(Path::new(name).components().next(), Some(std::path::Component::Normal(_)));
+            if plain {
+                Ok(dir.join(name))
+            } else {
+                Err(Error::invalid_file(&index, format!("shard \"{name}\" is not a file name in the model folder")))
+            }
+        })
+        .collect()
+}
+
+/// Where a tensor lies: its file, dtype, shape and bytes.
+struct Place {
+    file: usize,
+    dtype: DType,
+    shape: Vec<usize>,
+    start: u64,
+    len: usize,
+}
+
+/// Safetensors files read a tensor at a time (positioned reads of its bytes, no mapping),
+/// each converted to the dtype asked for: candle's `VarBuilder` over them.
+pub struct Tensors {
+    files: Vec<(PathBuf, std::fs::File)>,
+    places: HashMap<String, Place>,
+}
+
+impl Tensors {
+    /// Reads the headers of `paths` (every tensor's dtype, shape and place, checked against
+    /// the file's length); no tensor is read.
+    pub fn open(paths: &[PathBuf]) -> Result<Self> {
+        use std::io::Read;
+        const MAX_HEADER: u64 = 100 << 20;
+        #[derive(serde::Deserialize)]
+        struct Entry {
+            dtype: String,
+            shape: Vec<usize>,
+            data_offsets: [u64; 2],
+        }
+        let mut files = Vec::with_capacity(paths.len());
+        let mut places = HashMap::new();
+        for (i, path) in paths.iter().enumerate() {
+            let bad = |why: String| Error::invalid_file(path, why);
+            let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+            let size = file.metadata().map_err(|e| Error::io(path, e))?.len();
+            let mut len = [0u8; 8];
+            file.read_exact(&mut len).map_err(|e| bad(format!("no safetensors header: {e}")))?;
+            let len = u64::from_le_bytes(len);
+            if len > MAX_HEADER || 8 + len > size {
+                return Err(bad(format!("safetensors header length {len} is not plausible")));
+            }
+            let mut header = vec![0u8; len as usize];
+            file.read_exact(&mut header).map_err(|e| bad(format!("truncated safetensors header: {e}")))?;
+            let mut entries: HashMap<String, serde_json::Value> =
+                serde_json::from_slice(&header).map_err(|e| bad(e.to_string()))?;
+            entries.remove("__metadata__");
+            let data = 8 + len;
+            for (name, value) in entries {
+                let e: Entry = serde_json::from_value(value).map_err(|e| bad(format!("{name}: {e}")))?;
+                let dtype = match e.dtype.as_str() {
+                    "F32" => DType::F32,
+                    "F16" => DType::F16,
+                    "BF16" => DType::BF16,
+                    "F64" => DType::F64,
+                    "I64" => DType::I64,
+                    "U32" => DType::U32,
+                    "U8" => DType::U8,
+                    other => return Err(bad(format!("{name}: dtype {other} is not read"))),
+                };
+                let [from, to] = e.data_offsets;
+                let elements = e.shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+                let bytes = elements.and_then(|n| n.checked_mul(dtype.size_in_bytes()));
+                if from > to || data.saturating_add(to) > size || bytes != Some((to - from) as usize) {
+                    return Err(bad(format!("{name}: offsets {from}..{to} do not hold a {:?} {dtype:?} tensor", e.shape)));
+                }
+                let place = Place { file: i, dtype, shape: e.shape, start: data + from, len: (to - from) as usize };
+                if places.insert(name.clone(), place).is_some() {
+                    return Err(bad(format!("{name} is in more than one file")));
+                }
+            }
+            files.push((path.clone(), file));
+        }
+        Ok(Tensors { files, places })
+    }
+
+    /// Elements of every tensor.
+    pub fn parameters(&self) -> usize {
+        self.places.values().map(|p| p.shape.iter().product::<usize>()).sum()
+    }
+
+    /// Tensor `name` as stored, read now.
+    fn read(&self, name: &str, dev: &Device) -> candle_core::Result<Tensor> {
+        let Some(place) = self.places.get(name) else {
+            candle_core::bail!("cannot find tensor {name}")
+        };
+        let (path, file) = &self.files[place.file];
+        let mut bytes = vec![0u8; place.len];
+        file.read_exact_at(&mut bytes, place.start)
+            .map_err(|e| candle_core::Error::Msg(format!("{}: {name}: {e}", path.display())))?;
+        Tensor::from_raw_buffer(&bytes, place.dtype, &place.shape, dev)
+    }
+}
+
+impl candle_nn::var_builder::SimpleBackend for Tensors {
+    fn get(
+        &self,
+        s: candle_core::Shape,
+        name: &str,
+        _: candle_nn::Init,
+        dtype: DType,
+        dev: &Device,
+    ) -> candle_core::Result<Tensor> {
+        let tensor = self.read(name, dev)?;
+        if tensor.shape() != &s {
+            candle_core::bail!("shape mismatch for {name}, expected {s:?}, got {:?}", tensor.shape())
+        }
+        tensor.to_dtype(dtype)
+    }
+
+    fn get_unchecked(&self, name: &str, dtype: DType, dev: &Device) -> candle_core::Result<Tensor> {
+        self.read(name, dev)?.to_dtype(dtype)
+    }
+
+    fn contains_tensor(&self, name: &str) -> bool {
+        self.places.contains_key(name)
+    }
 }
 
 /// A torch `Linear` under `vb`: `weight` [outputs, inputs] row-major and, when `bias`,
