@@ -119,7 +119,7 @@ impl Fields {
             layers,
             heads,
             kv_heads: self.num_key_value_heads.or(d.num_key_value_heads).unwrap_or(heads),
-            head_dim: self.head_dim.unwrap_or(if heads == 0 { 0 } else { hidden / heads }),
+            head_dim: self.head_dim.unwrap_or(hidden.checked_div(heads).unwrap_or(0)),
             max_positions: self.positions(d),
             eps: self.rms_norm_eps.unwrap_or(d.rms_norm_eps),
             activation: decoder::activation("hidden_act", self.hidden_act.as_deref().unwrap_or("silu"))?,
