@@ -191,7 +191,7 @@ pub fn load(model: &str, source_name: &str, options: &Options, pin: Option<&Pin>
         }
     };
     let r = resolve(source_name, pin, store.as_ref())?;
-    check_size(source_name, &r.dir)?;
+    check_size(source_name, &r.dir, options)?;
     let interrupt = || -> Result<()> {
         pgrx::check_for_interrupts!();
         Ok(())
@@ -329,14 +329,18 @@ pub fn unload(name: Option<&str>) -> usize {
     })
 }
 
-/// Refuses a model whose weights exceed pg_embed.max_model_size, before reading them.
-fn check_size(source_name: &str, dir: &std::path::Path) -> Result<()> {
+/// Refuses a model whose prepared weights, in the precision its options ask for, exceed
+/// pg_embed.max_model_size, before reading them: one copy of them is the server's shared
+/// file, and the private memory of the backend that builds it (of every backend that loads
+/// the model when sharing is off).
+fn check_size(source_name: &str, dir: &std::path::Path, options: &Options) -> Result<()> {
     let Some(limit_mb) = guc::max_model_size_mb() else {
         return Ok(());
     };
-    let mb = pg_embed_core::weights::weight_bytes(dir)?.div_ceil(1 << 20);
+    let precision = options.precision.unwrap_or_default();
+    let mb = pg_embed_core::weights::prepared_bytes(dir, precision)?.div_ceil(1 << 20);
     if mb > limit_mb {
-        return Err(Error::ModelTooLarge { source_name: source_name.into(), mb, limit_mb });
+        return Err(Error::ModelTooLarge { source_name: source_name.into(), mb, limit_mb, precision: precision.name() });
     }
     Ok(())
 }

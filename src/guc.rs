@@ -14,7 +14,9 @@ static PRELOAD: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new
 static CACHE_DIR: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
 static WORKERS: GucSetting<i32> = GucSetting::<i32>::new(1);
 static WORKER_THREADS: GucSetting<i32> = GucSetting::<i32>::new(0);
-static MAX_MODEL_SIZE: GucSetting<i32> = GucSetting::<i32>::new(4096);
+/// 16 GB: one copy of a 7 B-parameter model in bfloat16 (about 14 GB) or of a 1.5 B one in
+/// float32 (about 6 GB) fits; a 7 B one in float32 (about 28 GB) is refused.
+static MAX_MODEL_SIZE: GucSetting<i32> = GucSetting::<i32>::new(16384);
 /// Pillow's `Image.MAX_IMAGE_PIXELS`.
 static MAX_IMAGE_PIXELS: GucSetting<i32> = GucSetting::<i32>::new(89_478_485);
 
@@ -106,8 +108,8 @@ pub fn register() {
     );
     GucRegistry::define_int_guc(
         c"pg_embed.max_model_size",
-        c"Largest model a backend loads: its weights as f32, in MB (0: no limit).",
-        c"Checked from the safetensors headers before any weight is read, so a model over the limit is an ERROR, not an out-of-memory backend. Superuser only.",
+        c"Largest model the server loads: its prepared weights in the model's precision (float32 or bfloat16), in MB (0: no limit).",
+        c"One copy of them is the shared file every backend maps (pg_embed.cache_dir), and the private memory of the backend that builds it (of every backend when pg_embed.cache_dir is ''). Checked from the safetensors headers before any weight is read, so a model over the limit is an ERROR, not an out-of-memory server. Superuser only.",
         &MAX_MODEL_SIZE,
         0,
         i32::MAX,

@@ -397,15 +397,35 @@ mod tests {
         }
     }
 
-    /// pg_embed.max_model_size: a model whose weights (as f32, from the safetensors headers)
-    /// exceed it is refused before they are read; superuser only.
+    /// pg_embed.max_model_size: a model whose prepared weights (from the safetensors
+    /// headers, in the precision its options ask for) exceed it is refused before they are
+    /// read, with a HINT that says what the limit guards; 16GB by default; superuser only.
     #[pg_test]
     fn max_model_size_refuses_large_models_before_loading() {
+        assert_eq!(Spi::get_one::<String>("SHOW pg_embed.max_model_size").unwrap().as_deref(), Some("16GB"));
         Spi::run("SET LOCAL pg_embed.max_model_size = '80MB'").unwrap();
         let err = sql_error("SELECT embed.register_model('big', 'all-MiniLM-L6-v2')");
         assert_eq!(
             err,
-            "54000: model \"all-MiniLM-L6-v2\" needs 87 MB for its weights, more than pg_embed.max_model_size (80 MB)"
+            "54000: model \"all-MiniLM-L6-v2\" needs 87 MB for its weights in float32, more than pg_embed.max_model_size (80 MB)"
+        );
+        Spi::run(
+            "CREATE FUNCTION pg_temp.sql_hint(q text) RETURNS text LANGUAGE plpgsql AS $$
+             DECLARE h text; BEGIN EXECUTE q; RETURN ''; EXCEPTION WHEN OTHERS THEN
+             GET STACKED DIAGNOSTICS h = PG_EXCEPTION_HINT; RETURN h; END $$",
+        )
+        .unwrap();
+        let hint = Spi::get_one::<String>("SELECT pg_temp.sql_hint($q$SELECT embed.register_model('big', 'all-MiniLM-L6-v2')$q$)");
+        let hint = hint.unwrap().unwrap_or_default();
+        assert!(hint.starts_with("A server holds one copy of a model's weights, in a file every backend maps"), "{hint}");
+        assert!(hint.contains("\"precision\": \"bfloat16\""), "{hint}");
+        // In bfloat16 its linear weights take half: 67 MB, under the limit.
+        register_with("big_bf16", "all-MiniLM-L6-v2", r#"{"precision": "bfloat16"}"#);
+        Spi::run("SET LOCAL pg_embed.max_model_size = '60MB'").unwrap();
+        let err = sql_error(r#"SELECT embed.register_model('big_bf16', 'all-MiniLM-L6-v2', '{"precision": "bfloat16"}')"#);
+        assert_eq!(
+            err,
+            "54000: model \"all-MiniLM-L6-v2\" needs 67 MB for its weights in bfloat16, more than pg_embed.max_model_size (60 MB)"
         );
         Spi::run("SET LOCAL pg_embed.max_model_size = '1GB'").unwrap();
         register("big");
