@@ -22,7 +22,7 @@ const SCORE_TOLERANCE: f32 = 1e-5;
 /// Sparse weights (tests/sparse.rs).
 const WEIGHT_TOLERANCE: f32 = 1e-4;
 /// Asymmetric models (the router rows), on top of `close`'s bounds: each route's vector
-/// within this of the reference's, with at least this cosine (issue 43).
+/// within this of the reference's, with at least this cosine.
 const ROUTE_ABS_TOLERANCE: f32 = 1e-4;
 const ROUTE_COSINE_MIN: f32 = 0.99999;
 
