@@ -523,7 +523,7 @@ mod tests {
         copy("bad_tokenizer", &|d| fs::write(d.join("tokenizer.json"), "{\"model\": 7}").unwrap());
         copy("bad_config", &|d| fs::write(d.join("config.json"), "{\"model_type\": \"bert\",").unwrap());
         copy("bad_pooling_config", &|d| fs::write(d.join("1_Pooling/config.json"), "[]").unwrap());
-        copy("llama", &config_edit("model_type", "llama".into()));
+        copy("falcon", &config_edit("model_type", "falcon".into()));
         copy("zero_heads", &config_edit("num_attention_heads", 0.into()));
         copy("no_weights", &|d| fs::remove_file(d.join("model.safetensors")).unwrap());
         copy("linked_tokenizer", &|d| {
@@ -546,7 +546,7 @@ mod tests {
             ("bad_tokenizer", format!("XX001: invalid model file \"{}/bad_tokenizer/tokenizer.json\"", dir.display())),
             ("bad_config", format!("XX001: invalid model file \"{}/bad_config/config.json\"", dir.display())),
             ("bad_pooling_config", format!("XX001: invalid model file \"{}/bad_pooling_config/1_Pooling/config.json\"", dir.display())),
-            ("llama", format!("0A000: unsupported model_type \"llama\" in \"{}/llama/config.json\"", dir.display())),
+            ("falcon", format!("0A000: unsupported model_type \"falcon\" in \"{}/falcon/config.json\"", dir.display())),
             ("zero_heads", format!("XX001: invalid model file \"{}/zero_heads/config.json\": hidden_size 32 is not a multiple of num_attention_heads 0", dir.display())),
             ("no_weights", format!("58P01: model file \"{}/no_weights/model.safetensors\" is missing", dir.display())),
             ("linked_tokenizer", "42501: model file \"linked_tokenizer/tokenizer.json\" is outside pg_embed.model_dir".into()),
