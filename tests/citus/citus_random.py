@@ -77,15 +77,23 @@ class Failure(Exception):
     pass
 
 
+# Connection failures Citus reports under another SQLSTATE than class 08: a shard move asks
+# the target worker for its disk space over a new connection, which fails the same way right
+# after that worker restarted (seen once in seed 4: XX000 "Could not fetch disk stats for node").
+TRANSIENT = ("Could not fetch disk stats for node",)
+
+
 def retrying(f):
     """f(), again up to 4 times a second apart while it fails with a connection error (class
-    08): Citus's connections to a worker that has just restarted can fail a few times, for any
-    statement. A failed statement changed nothing, so the oracle is updated after f() only."""
+    08, or one of TRANSIENT): Citus's connections to a worker that has just restarted can fail
+    a few times, for any statement. A failed statement changed nothing, so the oracle is
+    updated after f() only."""
     for attempt in range(5):
         try:
             return f()
-        except psycopg.OperationalError as e:
-            if not (e.sqlstate or "").startswith("08") or attempt == 4:
+        except psycopg.Error as e:
+            transient = (e.sqlstate or "").startswith("08") or any(t in str(e) for t in TRANSIENT)
+            if not transient or attempt == 4:
                 raise
             time.sleep(1)
 
