@@ -79,7 +79,7 @@ class Failure(Exception):
 
 # Connection failures Citus reports under another SQLSTATE than class 08: a shard move asks
 # the target worker for its disk space over a new connection, which fails the same way right
-# after that worker restarted (seen once in seed 4: XX000 "Could not fetch disk stats for node").
+# after that worker restarted (seen once in seed 4: "Could not fetch disk stats for node: ...").
 TRANSIENT = ("Could not fetch disk stats for node",)
 
 
