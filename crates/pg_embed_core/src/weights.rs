@@ -65,17 +65,13 @@ fn safetensors_prepared_bytes(path: &Path, bfloat16: bool) -> Result<u64> {
     Ok(total)
 }
 
-/// Every tensor's shape, by name, from a safetensors file's header alone: an 8-byte
-/// little-endian length, then that many bytes of JSON. Nothing is read for the tensors.
-pub fn safetensors_shapes(path: &Path) -> Result<HashMap<String, Vec<u64>>> {
+/// A safetensors file's header (an 8-byte little-endian length, then that many bytes of
+/// JSON), `__metadata__` left out: each tensor's entry by name, and where the data begins.
+/// Nothing is read for the tensors.
+fn read_header(path: &Path, file: &mut std::fs::File) -> Result<(HashMap<String, serde_json::Value>, u64)> {
     use std::io::Read;
     /// Headers are kilobytes; a larger length is a corrupt file, not a reason to allocate.
     const MAX_HEADER: u64 = 100 << 20;
-    #[derive(serde::Deserialize)]
-    struct Entry {
-        shape: Vec<u64>,
-    }
-    let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
     let mut len = [0u8; 8];
     file.read_exact(&mut len)
         .map_err(|e| Error::invalid_file(path, format!("no safetensors header: {e}")))?;
@@ -89,6 +85,17 @@ pub fn safetensors_shapes(path: &Path) -> Result<HashMap<String, Vec<u64>>> {
     let mut tensors: HashMap<String, serde_json::Value> =
         serde_json::from_slice(&header).map_err(|e| Error::invalid_file(path, e))?;
     tensors.remove("__metadata__");
+    Ok((tensors, 8 + len))
+}
+
+/// Every tensor's shape, by name, from a safetensors file's header alone.
+pub fn safetensors_shapes(path: &Path) -> Result<HashMap<String, Vec<u64>>> {
+    #[derive(serde::Deserialize)]
+    struct Entry {
+        shape: Vec<u64>,
+    }
+    let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let (tensors, _) = read_header(path, &mut file)?;
     tensors
         .into_iter()
         .map(|(name, value)| {
@@ -173,8 +180,6 @@ impl Tensors {
     /// Reads the headers of `paths` (every tensor's dtype, shape and place, checked against
     /// the file's length); no tensor is read.
     pub fn open(paths: &[PathBuf]) -> Result<Self> {
-        use std::io::Read;
-        const MAX_HEADER: u64 = 100 << 20;
         #[derive(serde::Deserialize)]
         struct Entry {
             dtype: String,
@@ -187,18 +192,7 @@ impl Tensors {
             let bad = |why: String| Error::invalid_file(path, why);
             let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
             let size = file.metadata().map_err(|e| Error::io(path, e))?.len();
-            let mut len = [0u8; 8];
-            file.read_exact(&mut len).map_err(|e| bad(format!("no safetensors header: {e}")))?;
-            let len = u64::from_le_bytes(len);
-            if len > MAX_HEADER || 8 + len > size {
-                return Err(bad(format!("safetensors header length {len} is not plausible")));
-            }
-            let mut header = vec![0u8; len as usize];
-            file.read_exact(&mut header).map_err(|e| bad(format!("truncated safetensors header: {e}")))?;
-            let mut entries: HashMap<String, serde_json::Value> =
-                serde_json::from_slice(&header).map_err(|e| bad(e.to_string()))?;
-            entries.remove("__metadata__");
-            let data = 8 + len;
+            let (entries, data) = read_header(path, &mut file)?;
             for (name, value) in entries {
                 let e: Entry = serde_json::from_value(value).map_err(|e| bad(format!("{name}: {e}")))?;
                 let dtype = match e.dtype.as_str() {
