@@ -108,9 +108,10 @@ impl Config {
             eps: self.layer_norm_eps,
             hidden_act: &self.hidden_act,
             max_positions: self.max_position_embeddings,
-            rope_theta: jina::rope_theta(
+            rope_theta: super::decoder::rope_theta(
                 self.rope_parameters.as_ref(),
                 self.rope_scaling.as_ref(),
+                "full_attention",
                 self.rope_theta,
                 160_000.0,
             )?,

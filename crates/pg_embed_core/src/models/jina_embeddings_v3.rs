@@ -130,12 +130,6 @@ enum Names {
     New,
 }
 
-/// The rotary base of an encoder config: `rope_parameters` (transformers 5), else the
-/// Hub's `rope_theta`, else `default`. Rotary scaling is refused by name.
-pub fn rope_theta(cfg_parameters: Option<&Value>, scaling: Option<&Value>, legacy: Option<f64>, default: f64) -> Result<f64> {
-    super::decoder::rope_theta(cfg_parameters, scaling, "full_attention", legacy, default)
-}
-
 pub fn load(vb: VarBuilder, s: &Shape) -> Result<RopeEncoder> {
     check_heads(s.hidden, s.heads)?;
     check_eps("layer_norm_eps", s.eps)?;
@@ -259,7 +253,13 @@ impl Config {
             eps: self.layer_norm_eps,
             hidden_act: &self.hidden_act,
             max_positions: self.max_position_embeddings,
-            rope_theta: rope_theta(self.rope_parameters.as_ref(), self.rope_scaling.as_ref(), self.rope_theta, 20_000.0)?,
+            rope_theta: super::decoder::rope_theta(
+                self.rope_parameters.as_ref(),
+                self.rope_scaling.as_ref(),
+                "full_attention",
+                self.rope_theta,
+                20_000.0,
+            )?,
             feedforward: Feedforward::Plain,
         })
     }
