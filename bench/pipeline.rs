@@ -7,6 +7,10 @@
 //!       [MAX_BATCH_TOKENS] [SENTENCES] [SINGLES] [VECTORS]
 //!
 //! BENCH_OPTIONS (env) holds the model's options as JSON, e.g. '{"precision": "bfloat16"}'.
+//! After the timed runs, the batch and the singles run once more with the stage timers on
+//! (`pg_embed_core::stages`), and a "stages" line per run gives each stage's share of the
+//! threads' time (wall time x threads); "rest" is what no stage holds (embedding lookup,
+//! pooling, copies, waits between a team's steps, idle threads).
 //! SENTENCES (default all) takes the corpus's first lines, SINGLES (default 200) the number of
 //! single-sentence calls timed, VECTORS (default 0) how many of the batch's vectors to print
 //! (for a cosine against another system's).
@@ -22,7 +26,27 @@ mod peak;
 use peak::fma_peak;
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
     sorted[((p * (sorted.len() - 1) as f64).round() as usize).min(sorted.len() - 1)]
+}
+
+/// `run` with the stage timers on: its wall time, and each stage's share of `threads` x it.
+fn stages(what: &str, threads: usize, run: impl FnOnce()) -> serde_json::Value {
+    pg_embed_core::stages::start();
+    let t0 = Instant::now();
+    run();
+    let wall = t0.elapsed().as_secs_f64();
+    let times = pg_embed_core::stages::stop();
+    let total = wall * threads as f64;
+    let mut shares = serde_json::Map::new();
+    for (stage, secs) in &times {
+        shares.insert(stage.name().into(), serde_json::json!(secs / total));
+    }
+    let held: f64 = times.iter().map(|(_, s)| s).sum();
+    shares.insert("rest".into(), serde_json::json!(1.0 - held / total));
+    serde_json::json!({"system": "stages", "run": what, "wall_s": wall, "threads": threads, "shares": shares})
 }
 
 /// Useful floating-point operations of one forward pass over `lengths`: 2 x the layers'
@@ -107,6 +131,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let out = pipeline.embed_batched(&refs, max_batch_tokens, threads, || Ok(()))?;
     let secs = t0.elapsed().as_secs_f64();
     let first: Vec<&Vec<f32>> = out.iter().take(vectors).collect();
+    let batch_stages = stages("batch", threads, || {
+        pipeline.embed_batched(&refs, max_batch_tokens, threads, || Ok(())).map(drop).unwrap_or(())
+    });
+    let single_stages = stages("singles", threads, || {
+        for t in refs.iter().take(singles) {
+            let _ = one(t);
+        }
+    });
 
     let result = serde_json::json!({
         "system": "pg_embed pipeline from Rust",
@@ -132,5 +164,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "corpus_useful_gflop": flops / 1e9,
     });
     println!("{machine}");
+    println!("{batch_stages}");
+    println!("{single_stages}");
     Ok(())
 }

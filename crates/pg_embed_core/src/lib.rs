@@ -23,5 +23,6 @@ pub mod processor;
 pub mod source;
 pub mod sparse;
 pub mod st;
+pub mod stages;
 pub mod threads;
 pub mod weights;

@@ -7,6 +7,8 @@
 //!
 //! On CPUs without AVX-512F, `layers::Linear` keeps torch's layout and uses the `gemm` crate.
 
+use crate::stages::{Stage, Timer};
+
 /// Output columns per panel: two 512-bit lines.
 const NR: usize = 32;
 /// Rows per register tile (2 x 12 accumulators, 2 weight lines and a broadcast: 27 of the 32
@@ -189,6 +191,7 @@ impl PackedWeight {
                     row += h;
                     at += h * k;
                 }
+                let _products = Timer::start(Stage::Products);
                 let mut k0 = 0;
                 while k0 < k {
                     let kc = KC.min(k - k0);
@@ -235,7 +238,9 @@ impl PackedWeight {
                     }
                     k0 += kc;
                 }
+                drop(_products);
                 if let Some(then) = then {
+                    let _activation = Timer::start(Stage::Activation);
                     // The block's finished rows, this call's columns, while they are in L2.
                     let (lo, hi) = (first * NR, (end * NR).min(n));
                     for row in start..start + block {

@@ -7,6 +7,7 @@ use rayon::prelude::*;
 
 use super::math::{exp, exp_sum, max};
 use super::stack::{Buf, Share};
+use crate::stages::{time, Stage};
 
 /// An additive attention bias per head, [heads, size, size], read at [head, query, key]
 /// for positions within each sequence: a sequence of length len reads the top-left len x
@@ -447,16 +448,18 @@ unsafe fn whole(
         scores.resize(len * len, 0.0);
         inverse_sums.clear();
         inverse_sums.resize(len, 0.0);
-        unsafe {
+        time(Stage::AttentionProducts, || unsafe {
             // scores = scale * Q K^T
             product(len, len, d, scores.as_mut_ptr(), len, (q, stride), (k, stride, 1), shape.scale, false);
-        }
+        });
         shape.cap(scores);
         if let Some(term) = term {
             term(scores);
         }
-        unnormalized_softmax_rows(scores, len, (0, 0, len), add, shape.causal, shape.window, inverse_sums);
-        unsafe {
+        time(Stage::Softmax, || {
+            unnormalized_softmax_rows(scores, len, (0, 0, len), add, shape.causal, shape.window, inverse_sums)
+        });
+        time(Stage::AttentionProducts, || unsafe {
             // context = P V
             product(len, d, len, context, width, (scores.as_ptr(), len), (v, 1, stride), 1.0, false);
             for (row, inv) in inverse_sums.iter().enumerate() {
@@ -464,7 +467,7 @@ unsafe fn whole(
                     *x *= inv;
                 }
             }
-        }
+        });
         if scores.capacity() > KEEP_SCORES {
             // A score term's whole head of a long sequence: not kept past the call.
             *scores = Vec::new();
@@ -507,17 +510,19 @@ unsafe fn streamed(
         for k0 in keys.clone().step_by(KEY_BLOCK) {
             let n = KEY_BLOCK.min(keys.end - k0);
             let scores = &mut scores[..m * n];
-            unsafe {
+            time(Stage::AttentionProducts, || unsafe {
                 // scores = scale * Q K^T for this block of keys
                 product(m, n, d, scores.as_mut_ptr(), n, (q, stride), (k.add(k0 * stride), stride, 1), shape.scale, false);
-            }
+            });
             shape.cap(scores);
             let at = (rows.start, k0, len);
-            online_softmax_rows(scores, n, at, add, shape.causal, shape.window, acc, d, maxes, sums);
-            unsafe {
+            time(Stage::Softmax, || {
+                online_softmax_rows(scores, n, at, add, shape.causal, shape.window, acc, d, maxes, sums)
+            });
+            time(Stage::AttentionProducts, || unsafe {
                 // acc += P V for this block of keys
                 product(m, d, n, acc.as_mut_ptr(), d, (scores.as_ptr(), n), (v.add(k0 * stride), 1, stride), 1.0, true);
-            }
+            });
         }
         for (row, (sums, sum)) in acc.chunks_exact(d.max(1)).zip(sums.iter()).enumerate() {
             let inv = 1.0 / sum;

@@ -267,7 +267,9 @@ pub fn torch_product(
     // SAFETY: out is [rows, outputs] and x is [rows, inputs], row-major; weight is
     // [outputs, inputs] row-major, read as the [inputs, outputs] right-hand side (column
     // stride inputs); all of exactly those sizes (checked above); out aliases neither.
-    unsafe { torch_gemm(x, weight.as_ptr(), out.as_mut_ptr(), rows, outputs, outputs, inputs, threads) }
+    crate::stages::time(crate::stages::Stage::Products, || unsafe {
+        torch_gemm(x, weight.as_ptr(), out.as_mut_ptr(), rows, outputs, outputs, inputs, threads)
+    })
 }
 
 /// The most rows one `gemm` call of a torch-layout product takes: a long input's product

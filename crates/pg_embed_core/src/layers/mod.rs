@@ -74,4 +74,4 @@ pub use embedding::{lengths_of, Embedding};
 pub use linear::{torch_product, with_precision, Linear, Weight};
 pub use math::{erf, exp};
 pub use norm::Norm;
-pub use stack::{Layer, Mlp, NormPosition, Sliding, Stack, StackSpec};
+pub use stack::{release_activations, Layer, Mlp, NormPosition, Sliding, Stack, StackSpec};

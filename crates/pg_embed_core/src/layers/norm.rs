@@ -37,12 +37,12 @@ impl Norm {
     /// Every row of `x` normalised in place.
     #[inline]
     pub fn forward(&self, x: &mut [f32]) {
-        match self {
+        crate::stages::time(crate::stages::Stage::Norms, || match self {
             Norm::Layer { weight, bias: Some(bias), eps } => layer_norm(x, weight, bias, *eps),
             Norm::Layer { weight, bias: None, eps } => layer_norm_no_bias(x, weight, *eps),
             Norm::Rms { weight, eps } => rms_norm(x, weight, *eps),
             Norm::Identity { .. } => {}
-        }
+        })
     }
 }
 

@@ -33,15 +33,25 @@ pub(super) fn in_batches<T: Send>(
     run: impl Fn(&[usize]) -> Result<Vec<T>> + Sync,
 ) -> Result<Vec<T>> {
     let mut out: Vec<Option<T>> = std::iter::repeat_with(|| None).take(lengths.len()).collect();
-    for batch in length_batches(lengths, max_batch_tokens) {
-        before_batch()?;
-        let results = match threads {
-            CALLING_THREAD => run(&batch)?,
-            _ => crate::threads::run(threads, || run(&batch))??,
-        };
-        for (i, r) in batch.into_iter().zip(results) {
-            out[i] = Some(r);
+    let batches = length_batches(lengths, max_batch_tokens);
+    let mut all = |out: &mut Vec<Option<T>>| -> Result<()> {
+        for batch in &batches {
+            before_batch()?;
+            let results = match threads {
+                CALLING_THREAD => run(batch)?,
+                _ => crate::threads::run(threads, || run(batch))??,
+            };
+            for (&i, r) in batch.iter().zip(results) {
+                out[i] = Some(r);
+            }
         }
+        Ok(())
+    };
+    match threads {
+        CALLING_THREAD => all(&mut out)?,
+        _ if batches.len() < 2 => all(&mut out)?,
+        // Several batches: the compute threads keep their activations from one to the next.
+        _ => crate::threads::keeping_buffers(threads, crate::layers::release_activations, || all(&mut out))??,
     }
     out.into_iter()
         .map(|r| r.ok_or_else(|| Error::Inference("a batch returned fewer results than inputs".into())))

@@ -17,6 +17,7 @@ use crate::models::{Batch, Modality};
 use crate::options::LongInput;
 use crate::pooling::{self, PoolingMode};
 use crate::processor::ImageProcessor;
+use crate::stages::{time, Stage};
 
 mod batch;
 mod images;
@@ -406,11 +407,11 @@ impl Pipeline {
         /// Fewer inputs than this are tokenized on the calling thread.
         const PARALLEL_FROM: usize = 64;
         if threads <= 1 || texts.len() < PARALLEL_FROM {
-            return texts.iter().map(|t| self.encode_prompted(t, prompt)).collect();
+            return texts.iter().map(|t| time(Stage::Tokenize, || self.encode_prompted(t, prompt))).collect();
         }
         use rayon::prelude::*;
         crate::threads::run(threads, || {
-            texts.par_iter().with_min_len(16).map(|t| self.encode_prompted(t, prompt)).collect()
+            texts.par_iter().with_min_len(16).map(|t| time(Stage::Tokenize, || self.encode_prompted(t, prompt))).collect()
         })?
     }
 

@@ -33,7 +33,8 @@ impl Drop for Tiles {
 }
 
 /// acc[0..rows, 0..32] = xs w for `rows` (a multiple of 16) rows of `xs` ([rows, pairs]
-/// dwords) and a panel `w` (pairs x 32 dwords), 32 or 16 rows per step.
+/// dwords in tile-major order, `super::tile_index`) and a panel `w` (pairs x 32 dwords), 32
+/// or 16 rows per step.
 ///
 /// # Safety
 /// Tiles are configured on this thread ([`Tiles`]); pairs is a multiple of 16; sizes as
@@ -41,7 +42,9 @@ impl Drop for Tiles {
 pub unsafe fn block(xs: &[u32], pairs: usize, w: &[PairLine], acc: &mut [f32], rows: usize) {
     assert!(rows.is_multiple_of(16) && pairs.is_multiple_of(TILE_PAIRS));
     assert!(xs.len() >= rows * pairs && w.len() >= 2 * pairs && acc.len() >= rows * NR);
-    let (sa, sb, sc) = (pairs * 4, NR * 4, NR * 4);
+    // Each A tile is one contiguous kilobyte (rows 64 bytes apart), the next 16 pairs'
+    // tile the kilobyte after it.
+    let (sa, sb, sc) = (TILE_PAIRS * 4, NR * 4, NR * 4);
     let steps = pairs / TILE_PAIRS;
     let b = w.as_ptr().cast::<u8>();
     let mut row = 0;
@@ -65,8 +68,8 @@ pub unsafe fn block(xs: &[u32], pairs: usize, w: &[PairLine], acc: &mut [f32], r
                     "tdpbf16ps tmm1, tmm4, tmm7",
                     "tdpbf16ps tmm2, tmm5, tmm6",
                     "tdpbf16ps tmm3, tmm5, tmm7",
-                    "add {a}, 64",
-                    "add {a2}, 64",
+                    "add {a}, 1024",
+                    "add {a2}, 1024",
                     "add {b}, {bstep}",
                     "dec {n}",
                     "jnz 2b",
@@ -100,7 +103,7 @@ pub unsafe fn block(xs: &[u32], pairs: usize, w: &[PairLine], acc: &mut [f32], r
                     "tileloadd tmm7, [{b} + {sb}*1 + 64]",
                     "tdpbf16ps tmm0, tmm4, tmm6",
                     "tdpbf16ps tmm1, tmm4, tmm7",
-                    "add {a}, 64",
+                    "add {a}, 1024",
                     "add {b}, {bstep}",
                     "dec {n}",
                     "jnz 2b",

@@ -68,6 +68,39 @@ pub unsafe fn round_rows(x: &[f32], k: usize, pairs: usize, xs: &mut [u32]) {
     }
 }
 
+/// As `round_rows`, into `amx-bf16`'s tile-major order (`super::tile_index`): for each
+/// 16 rows, for each 16 pairs, the 16 rows' 64 bytes one after the other, so that each
+/// tile's rows are one contiguous kilobyte.
+///
+/// # Safety
+/// The CPU has AVX512-BF16; xs holds the rows of x padded to a multiple of 16, `pairs`
+/// (a multiple of 16) dwords each, zero where nothing is written.
+#[target_feature(enable = "avx512f,avx512bf16")]
+pub unsafe fn round_tiles(x: &[f32], k: usize, pairs: usize, xs: &mut [u32]) {
+    assert!(pairs.is_multiple_of(16) && pairs * 2 >= k);
+    for (r, row) in x.chunks_exact(k.max(1)).enumerate() {
+        assert!(super::tile_index(r | 15, pairs, pairs - 1) < xs.len());
+        let mut i = 0;
+        while i + 32 <= row.len() {
+            // SAFETY: 32 inputs from i are within the row; the line's 16 dwords are within
+            // xs (asserted for the row's last tile).
+            unsafe {
+                let lo = _mm512_loadu_ps(row.as_ptr().add(i));
+                let hi = _mm512_loadu_ps(row.as_ptr().add(i + 16));
+                let both: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(hi, lo));
+                _mm512_storeu_si512(xs.as_mut_ptr().add(super::tile_index(r, pairs, i / 2)).cast(), both);
+            }
+            i += 32;
+        }
+        if i < row.len() {
+            let mut line = [0u32; 16];
+            super::portable::round_rows(&row[i..], row.len() - i, 16, &mut line);
+            let at = super::tile_index(r, pairs, i / 2);
+            xs[at..at + 16].copy_from_slice(&line);
+        }
+    }
+}
+
 /// R rows `a` ([R, pairs] dwords) times a panel `b` (pairs x 32 dwords), one `vdpbf16ps`
 /// chain per output, finished into `dest`.
 #[target_feature(enable = "avx512f,avx512bf16")]

@@ -22,6 +22,18 @@ dispatch! {
     }
 }
 
+/// As `round_rows`, into `amx-bf16`'s tile-major order (`super::tile_index`); `pairs` is a
+/// multiple of 16 and xs is zero where nothing is written.
+pub fn round_tiles(x: &[f32], k: usize, pairs: usize, xs: &mut [u32]) {
+    let mut line = vec![0u32; pairs];
+    for (r, row) in x.chunks_exact(k.max(1)).enumerate() {
+        round_rows(row, k, pairs, &mut line);
+        for (p, &d) in line.iter().enumerate() {
+            xs[super::tile_index(r, pairs, p)] = d;
+        }
+    }
+}
+
 /// The sums of pairs p of the odd product, then the even one (`vdpbf16ps`'s order), for
 /// the first `rows` rows of `xs` and one panel `w`, finished into `dest`.
 ///

@@ -39,6 +39,34 @@ fn hardware_rounding_equals_round() {
         // SAFETY: AVX512-BF16 (checked); sizes as round_rows needs.
         unsafe { avx512::round_rows(x, k, pairs, &mut hard) };
         assert_eq!(soft, hard, "rows of {k}");
+        // The tile-major order, 16 rows padded with zeros.
+        let padded = rows.next_multiple_of(16);
+        let (mut soft, mut hard) = (vec![0u32; padded * pairs], vec![0u32; padded * pairs]);
+        round_tiles(x, k, pairs, &mut soft);
+        // SAFETY: AVX512-BF16 (checked); sizes as round_tiles needs.
+        unsafe { avx512::round_tiles(x, k, pairs, &mut hard) };
+        assert_eq!(soft, hard, "tiles of rows of {k}");
+    }
+}
+
+#[test]
+fn tile_order_holds_each_tile_contiguously() {
+    // 20 rows of 70 inputs: pairs padded to 48 (three tiles deep), rows to 32 (two high).
+    let (rows, k, pairs) = (20, 70, 48);
+    let x: Vec<f32> = (0..rows * k).map(|i| i as f32).collect();
+    let mut plain = vec![0u32; rows * pairs];
+    round_rows(&x, k, pairs, &mut plain);
+    // Rows beyond the input are left as they were (the product zeroes them first).
+    let mut tiles = vec![u32::MAX; 32 * pairs];
+    round_tiles(&x, k, pairs, &mut tiles);
+    for r in 0..32 {
+        for p in 0..pairs {
+            // Tile (r / 16, p / 16) is the kilobyte at ((r / 16) * 3 + p / 16) * 256 dwords.
+            let at = ((r / 16) * 3 + p / 16) * 256 + (r % 16) * 16 + p % 16;
+            assert_eq!(tile_index(r, pairs, p), at, "row {r}, pair {p}");
+            let want = if r < rows { plain[r * pairs + p] } else { u32::MAX };
+            assert_eq!(tiles[at], want, "row {r}, pair {p}");
+        }
     }
 }
 
