@@ -10,6 +10,8 @@
 //!   layout ([`bf16::Bf16Weight`]), the choice of kernel and the driver that runs one over
 //!   blocks of rows and panels; one file per kernel: `amx.rs` (`amx-bf16`), `avx512.rs`
 //!   (`avx512-bf16`) and `portable.rs` (`portable`); their tests in `tests.rs`.
+//! - `attention.rs`: attention's float32 products for one head (scores and context) on
+//!   CPUs with AVX-512F; elsewhere `layers::attention` uses the `gemm` crate.
 //!
 //! The epilogues stay in the kernels: each adds the bias, then the residual (torch's order
 //! of rounding) to its sums in registers before the store (`float32`'s tiles, `Dest` in
@@ -28,5 +30,7 @@
 //! - The element-wise code (the portable kernel among it) is compiled three times by
 //!   `layers`' `dispatch!` (AVX-512, AVX2 + FMA, baseline); the widest the CPU has runs.
 
+#[cfg(target_arch = "x86_64")]
+pub mod attention;
 pub mod bf16;
 pub mod float32;

@@ -450,7 +450,7 @@ unsafe fn whole(
         inverse_sums.resize(len, 0.0);
         time(Stage::AttentionProducts, || unsafe {
             // scores = scale * Q K^T
-            product(len, len, d, scores.as_mut_ptr(), len, (q, stride), (k, stride, 1), shape.scale, false);
+            scores_product(len, len, d, scores.as_mut_ptr(), len, (q, stride), (k, stride), shape.scale);
         });
         shape.cap(scores);
         if let Some(term) = term {
@@ -461,7 +461,7 @@ unsafe fn whole(
         });
         time(Stage::AttentionProducts, || unsafe {
             // context = P V
-            product(len, d, len, context, width, (scores.as_ptr(), len), (v, 1, stride), 1.0, false);
+            context_product(len, d, len, context, width, (scores.as_ptr(), len), (v, stride), false);
             for (row, inv) in inverse_sums.iter().enumerate() {
                 for x in std::slice::from_raw_parts_mut(context.add(row * width), d) {
                     *x *= inv;
@@ -512,7 +512,7 @@ unsafe fn streamed(
             let scores = &mut scores[..m * n];
             time(Stage::AttentionProducts, || unsafe {
                 // scores = scale * Q K^T for this block of keys
-                product(m, n, d, scores.as_mut_ptr(), n, (q, stride), (k.add(k0 * stride), stride, 1), shape.scale, false);
+                scores_product(m, n, d, scores.as_mut_ptr(), n, (q, stride), (k.add(k0 * stride), stride), shape.scale);
             });
             shape.cap(scores);
             let at = (rows.start, k0, len);
@@ -521,7 +521,7 @@ unsafe fn streamed(
             });
             time(Stage::AttentionProducts, || unsafe {
                 // acc += P V for this block of keys
-                product(m, d, n, acc.as_mut_ptr(), d, (scores.as_ptr(), n), (v.add(k0 * stride), 1, stride), 1.0, true);
+                context_product(m, d, n, acc.as_mut_ptr(), d, (scores.as_ptr(), n), (v.add(k0 * stride), stride), true);
             });
         }
         for (row, (sums, sum)) in acc.chunks_exact(d.max(1)).zip(sums.iter()).enumerate() {
@@ -533,6 +533,55 @@ unsafe fn streamed(
             }
         }
     })
+}
+
+/// dst [m, n] (row stride `ld`) = `scale` q [m, d] k [n, d]^T (rows of q and k at their
+/// strides): `crate::kernels::attention` where the CPU has AVX-512F, the `gemm` crate
+/// elsewhere.
+///
+/// # Safety
+/// The pointers are valid for those reads and writes.
+#[allow(clippy::too_many_arguments)]
+unsafe fn scores_product(
+    m: usize,
+    n: usize,
+    d: usize,
+    dst: *mut f32,
+    ld: usize,
+    (q, q_rs): (*const f32, usize),
+    (k, k_rs): (*const f32, usize),
+    scale: f32,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::kernels::float32::available() {
+        // SAFETY: AVX-512F (checked); as the caller promises.
+        return unsafe { crate::kernels::attention::scores(m, n, d, q, q_rs, k, k_rs, scale, dst, ld) };
+    }
+    unsafe { product(m, n, d, dst, ld, (q, q_rs), (k, k_rs, 1), scale, false) }
+}
+
+/// dst [m, d] (row stride `ld`) = p [m, n] v [n, d] (rows of p and v at their strides),
+/// plus dst when `add`: as `scores_product`.
+///
+/// # Safety
+/// The pointers are valid for those reads and writes.
+#[allow(clippy::too_many_arguments)]
+unsafe fn context_product(
+    m: usize,
+    d: usize,
+    n: usize,
+    dst: *mut f32,
+    ld: usize,
+    (p, p_rs): (*const f32, usize),
+    (v, v_rs): (*const f32, usize),
+    add: bool,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::kernels::float32::available() {
+        // SAFETY: AVX-512F (checked); as the caller promises.
+        return unsafe { crate::kernels::attention::context(m, d, n, p, p_rs, v, v_rs, dst, ld, add) };
+    }
+    unsafe { product(m, d, n, dst, ld, (p, p_rs), (v, 1, v_rs), 1.0, add) }
 }
 
 /// dst [m, n] (row stride `ld`) = `scale` lhs [m, k] rhs [k, n], plus dst when `add`, with
