@@ -12,8 +12,9 @@
 # bench/device_run.sh (what runs there), the corpus and the data scripts are not copied.
 #
 #   bench/device.sh           prepare devrun/ and print the device command
-#   bench/device.sh --here    also run bench/device_run.sh on this machine (THREADS "1 2" by
-#                             default), writing bench/results/device-<commit>-<time>.txt
+#   bench/device.sh --here    also run bench/device_run.sh on this machine (THREADS "1 2",
+#                             BASE_THREADS "2", the real all-MiniLM-L6-v2 and bench/.venv's
+#                             Python by default), writing bench/results/device-<commit>-<time>.txt
 #
 # The device run writes $OUT/device.txt (every figure, the ratios, the CPU) and device.json
 # (the systems' JSON lines); commit device.txt under bench/results/ as
@@ -69,8 +70,12 @@ cat <<EOF
 EOF
 
 if [ "${1:-}" = "--here" ]; then
+    # shellcheck source=bench/lib.sh
+    source "$REPO/bench/lib.sh"
+    [ -n "${PYTHON:-}" ] || bench_venv "$REPO/bench/.venv"
     out="$(mktemp -d)"
-    THREADS="${THREADS:-1 2}" OUT="$out" bash "$REPO/bench/device_run.sh"
+    THREADS="${THREADS:-1 2}" BASE_THREADS="${BASE_THREADS:-2}" MINILM_DIR="${MINILM_DIR:-$MINILM}" \
+        PYTHON="${PYTHON:-$REPO/bench/.venv/bin/python}" OUT="$out" bash "$REPO/bench/device_run.sh"
     name="device-$(tr -d '\n' <"$DEVRUN/commit")-$(date -u +%Y%m%dT%H%M%SZ)"
     mkdir -p "$REPO/bench/results"
     cp "$out/device.txt" "$REPO/bench/results/$name.txt"

@@ -47,7 +47,7 @@ def main():
     with open(machine) as f:
         text = f.read()
     pick = ("Model name", "CPU(s):", "Thread(s) per core", "Flags", "torch", "pg_embed", "amx", "avx512")
-    out.append("# pg_embed on the AMX host: " + next((l.split(":", 1)[1].strip() for l in text.splitlines()
+    out.append("# pg_embed side by side (bench/device_run.sh) on: " + next((l.split(":", 1)[1].strip() for l in text.splitlines()
                                                       if l.startswith("Model name")), "unknown CPU"))
     out += [l if not l.startswith("Flags") else "Flags (AVX-512 / AMX): " + " ".join(
         w for w in l.split() if w.startswith(("avx512", "amx"))) for l in text.splitlines() if l.strip().startswith(pick)]
@@ -66,7 +66,8 @@ def main():
     # MiniLM
     threads = sorted({r["bench_threads"] for r in rows if r.get("part") == "minilm" and "bench_threads" in r})
     if threads:
-        out.append("\n## all-MiniLM-L6-v2's shape (random weights), bench corpus, 2,000 sentences")
+        real = any(r.get("system") == "note" and "real weights" in r.get("note", "") for r in rows)
+        out.append(f"\n## all-MiniLM-L6-v2{'' if real else chr(39) + 's shape (random weights)'}, bench corpus, 2,000 sentences")
         out.append(f"{'threads':>7} {'pg bf16/s':>10} {'pg f32/s':>9} {'PT bf16/s':>10} {'ORT f32/s':>10} {'PT f32/s':>9}"
                    f" {'p50 bf16':>9} {'p50 f32':>8} {'p50 ORT':>8} {'p50 PTbf16':>10}")
         for t in threads:

@@ -8,7 +8,8 @@
 # Parts (PARTS, default all), each measured side by side with the same thread count:
 #   tests    the core crate's unit tests that need no model folder (the bfloat16 kernels, the
 #            layers, the thread team, the stage timers, CPU dispatch), and bench_matmul
-#   minilm   all-MiniLM-L6-v2's shape (random weights, bench/device_model.py), the bench
+#   minilm   all-MiniLM-L6-v2's shape (random weights, bench/device_model.py; MINILM_DIR, when
+#            set, names a folder of the real model to use instead), the bench
 #            corpus: pg_embed's pipeline in bfloat16 and float32 at each of THREADS (default
 #            "1 2 4 8 16"), with its stage breakdown; PyTorch bfloat16 autocast, ONNX Runtime
 #            float32 and PyTorch float32 (bench/baselines.py) at each of BASE_THREADS (default
@@ -82,7 +83,11 @@ fi
 
 if has minilm; then
     echo "== minilm" >&2
-    if "$PY" bench/device_model.py "$D/minilm" "$W/minilm" 2>"$O/minilm_model.err"; then
+    if [ -n "${MINILM_DIR:-}" ]; then
+        ln -s "$(cd "$MINILM_DIR" && pwd -P)" "$W/minilm"
+        echo "{\"part\": \"minilm\", \"system\": \"note\", \"note\": \"the real weights ($MINILM_DIR)\"}" >>"$J"
+    fi
+    if [ -e "$W/minilm" ] || "$PY" bench/device_model.py "$D/minilm" "$W/minilm" 2>"$O/minilm_model.err"; then
         for t in $THREADS; do
             for p in bfloat16 float32; do
                 BENCH_OPTIONS="{\"precision\": \"$p\"}" timeout 300 "$W/bench_pipeline" "$W/minilm" bench/corpus.txt \
