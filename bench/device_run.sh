@@ -19,7 +19,7 @@
 #   images   a ViT-B/16 (bench/images_data.py), 64 JPEGs end to end, pg_embed and PyTorch in
 #            both precisions at each of IMAGE_THREADS (default "2")
 # Writes $OUT/device.json (every system's JSON line, tagged with part, threads and
-# precision) as it goes, then $OUT/device.txt (bench/device_report.py: the CPU, the tables,
+# precision; the vectors dropped at the end) as it goes, then $OUT/device.txt (bench/device_report.py: the CPU, the tables,
 # the ratios and the goals of the AMX issue). Asserts nothing; a part that fails is noted
 # and the next one runs.
 set -uo pipefail
@@ -151,4 +151,13 @@ if has images; then
 fi
 
 "$PY" bench/device_report.py "$O/machine.txt" "$J" >"$O/device.txt" 2>&1
+# The vectors were for the report's cosines; the JSON kept is the figures.
+"$PY" - "$J" <<'PY'
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+with open(sys.argv[1], "w") as f:
+    for r in rows:
+        r.pop("vectors", None)
+        f.write(json.dumps(r) + "\n")
+PY
 cat "$O/device.txt"

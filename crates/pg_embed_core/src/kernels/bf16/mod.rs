@@ -62,6 +62,14 @@ const MR: usize = 12;
 /// one thread, 256 rows of all-MiniLM-L6-v2's four shapes: 870-1,130 GFLOP/s with 32-row
 /// blocks against 750-830 with 64, 96 or 128, whose inputs are read back from L2.)
 const AMX_ROWS: usize = 32;
+/// The most bytes of weights (a call's panels) for which `amx-bf16` takes `AMX_ROWS`-row
+/// blocks: above it the weights no longer stay in L2 from one block to the next, and were
+/// read again from L3 for every 32 rows; blocks of `AMX_TALL_ROWS` rows read each panel once
+/// for them all. (Measured, a ViT-B/16 in bfloat16 (768 wide, up to 4.7 MB per matrix), 2
+/// threads of a Sapphire Rapids: 37-41 ms of model time per image with 256-row blocks,
+/// 42-49 ms with 32; all-MiniLM-L6-v2's matrices, 0.3-1.2 MB, are faster with 32.)
+const AMX_SHORT_WEIGHTS: usize = 3 << 19;
+const AMX_TALL_ROWS: usize = 256;
 
 /// Where pair `p` of row `r` of a block lies in `amx-bf16`'s tile-major order: blocks of
 /// 16 rows ([16, pairs] dwords each); in a block, for each 16 pairs, the 16 rows' 16 pairs
@@ -357,7 +365,11 @@ impl Bf16Weight {
         if rows == 0 || panels.is_empty() {
             return;
         }
-        let block_rows = if kernel == Kernel::Amx { AMX_ROWS } else { MC };
+        let block_rows = match kernel {
+            Kernel::Amx if panels.len() * self.pairs * 2 * size_of::<PairLine>() <= AMX_SHORT_WEIGHTS => AMX_ROWS,
+            Kernel::Amx => AMX_TALL_ROWS,
+            _ => MC,
+        };
         SCRATCH.with_borrow_mut(|scratch| {
             let Scratch { xs, acc } = scratch;
             let mut start = 0;
