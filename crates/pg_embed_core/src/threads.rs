@@ -305,6 +305,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn buffers_are_kept_between_batches_and_given_back_on_every_thread_after() {
+        static RELEASED: AtomicUsize = AtomicUsize::new(0);
+        fn release() {
+            RELEASED.fetch_add(1, Ordering::Relaxed);
+        }
+        assert!(!run(2, keeps_buffers).unwrap(), "not kept outside a call's batches");
+        let inside = keeping_buffers(2, release, || {
+            assert_eq!(RELEASED.load(Ordering::Relaxed), 0);
+            (run(2, keeps_buffers).unwrap(), run(2, keeps_buffers).unwrap())
+        });
+        assert_eq!(inside.unwrap(), (true, true), "kept in every batch");
+        assert_eq!(RELEASED.load(Ordering::Relaxed), 2, "released once on each compute thread");
+        assert!(!run(2, keeps_buffers).unwrap(), "not kept after");
+        // Also when the batches fail.
+        let failed: Result<Result<()>> = keeping_buffers(2, release, || Err(Error::Cancelled));
+        assert!(matches!(failed, Ok(Err(Error::Cancelled))));
+        assert_eq!(RELEASED.load(Ordering::Relaxed), 4);
+    }
+
+    #[test]
     fn compute_threads_block_the_process_signals_but_not_faults() {
         let masks = run(2, || {
             use rayon::prelude::*;
