@@ -41,8 +41,11 @@ J="$O/device.json"
 W="$(mktemp -d)"
 trap 'rm -rf "$W"' EXIT
 
+# (Python's lzma where the machine has no xz.)
+unxz_to() { if command -v xz >/dev/null; then xz -dc "$1" >"$2"; else "$PY" -c 'import lzma, shutil, sys
+shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' "$1" "$2"; fi; }
 for b in bench_pipeline bench_images bench_matmul core_tests; do
-    xz -dc "$D/$b.xz" >"$W/$b" && chmod +x "$W/$b" || { echo "missing $D/$b.xz: run bench/device.sh first" >&2; exit 1; }
+    unxz_to "$D/$b.xz" "$W/$b" && chmod +x "$W/$b" || { echo "missing $D/$b.xz: run bench/device.sh first" >&2; exit 1; }
 done
 
 # record PART THREADS PRECISION FILE: FILE's JSON lines into device.json, tagged (vectors dropped
