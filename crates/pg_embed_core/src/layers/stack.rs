@@ -342,60 +342,30 @@ impl Stack {
             term,
         };
         if threads > 1 && lengths.len() >= 2 * threads {
-            // One group of whole sequences per thread, of about equal token counts.
-            // (Each group with the token its first sequence starts at in the batch.)
-            let mut groups: Vec<(&mut [f32], &[usize], usize)> = Vec::with_capacity(threads);
-            let (mut rest, mut rest_lengths, mut first) = (x, lengths, 0);
-            for g in 0..threads {
-                let left: usize = rest_lengths.iter().sum();
-                let want = left / (threads - g);
-                let mut count = 0;
-                let mut taken = 0;
-                while count < rest_lengths.len() && (taken < want || count == 0) {
-                    taken += rest_lengths[count];
-                    count += 1;
-                }
-                if g == threads - 1 {
-                    count = rest_lengths.len();
-                    taken = left;
-                }
-                let (head, tail) = std::mem::take(&mut rest).split_at_mut(taken * self.hidden);
-                groups.push((head, &rest_lengths[..count], first));
-                rest = tail;
-                rest_lengths = &rest_lengths[count..];
-                first += taken;
-            }
-            groups.into_par_iter().for_each(|(x, lengths, first)| self.run_in_chunks(x, lengths, &call, first));
+            // Chunks of whole sequences, at least two per thread, each run by one thread on
+            // its own; the pool's threads take them as they come free, so that one slow
+            // chunk does not hold the others up at the end. (Measured on 2 threads, all-
+            // MiniLM-L6-v2 bfloat16 batches: the same as one group of equal tokens per
+            // thread, 1,174-1,204 against 1,155-1,190 sentences/s; meant for many threads,
+            // where a group per thread is a few sequences of unequal cost.)
+            let most = CHUNK_TOKENS.min(tokens.div_ceil(2 * threads)).max(1);
+            let chunks = chunks(x, lengths, self.hidden, most);
+            chunks.into_par_iter().with_max_len(1).for_each(|(x, lengths, first)| self.run_chunk(x, lengths, &call, first));
         } else if threads == 1 {
-            self.run_in_chunks(x, lengths, &call, 0);
+            for (x, lengths, first) in chunks(x, lengths, self.hidden, CHUNK_TOKENS) {
+                self.run_chunk(x, lengths, &call, first);
+            }
         } else {
             self.run(x, lengths, &call, threads);
         }
     }
 
-    /// The layers over a group of sequences on this thread, a chunk of whole sequences of
-    /// about `CHUNK_TOKENS` tokens at a time, so that a chunk's activations stay in the
-    /// core's cache from one step to the next. (Every step works on rows, so the results are
-    /// the same in any chunking.) `first`: the token the group starts at in the batch.
-    fn run_in_chunks(&self, x: &mut [f32], lengths: &[usize], call: &Call, first: usize) {
-        let (mut rest, mut rest_lengths, mut first) = (x, lengths, first);
-        while !rest_lengths.is_empty() {
-            let mut count = 0;
-            let mut taken = 0;
-            while count < rest_lengths.len() && (count == 0 || taken + rest_lengths[count] <= CHUNK_TOKENS) {
-                taken += rest_lengths[count];
-                count += 1;
-            }
-            let (head, tail) = std::mem::take(&mut rest).split_at_mut(taken * self.hidden);
-            // A chunk's sequences start at its token 0: the term sees their offsets in the
-            // whole batch.
-            let shifted = call.term.map(|term| Shifted { term, first });
-            let call = Call { term: shifted.as_ref().map(|s| s as &dyn ScoreTerm), ..*call };
-            self.run(head, &rest_lengths[..count], &call, 1);
-            rest = tail;
-            rest_lengths = &rest_lengths[count..];
-            first += taken;
-        }
+    /// The layers over a chunk of whole sequences on this thread (`chunks`). `first`: the
+    /// token the chunk starts at in the batch, which a score term sees its offsets from.
+    fn run_chunk(&self, x: &mut [f32], lengths: &[usize], call: &Call, first: usize) {
+        let shifted = call.term.map(|term| Shifted { term, first });
+        let call = Call { term: shifted.as_ref().map(|s| s as &dyn ScoreTerm), ..*call };
+        self.run(x, lengths, &call, 1);
     }
 
     /// The layers over `x` on `threads` threads. With several threads and packed weights,
@@ -600,6 +570,35 @@ impl Stack {
     }
 }
 
+/// `x` ([tokens, width], the sequences of `lengths` end to end) cut into chunks of whole
+/// sequences of at most `most` tokens each (a longer sequence alone), each with its
+/// sequences' lengths and the token it starts at: a chunk's activations then stay in the
+/// core's cache from one step to the next. (Every step works on rows, so the results are the
+/// same in any chunking.)
+fn chunks<'a>(
+    x: &'a mut [f32],
+    lengths: &'a [usize],
+    width: usize,
+    most: usize,
+) -> Vec<(&'a mut [f32], &'a [usize], usize)> {
+    let mut out = Vec::new();
+    let (mut rest, mut rest_lengths, mut first) = (x, lengths, 0);
+    while !rest_lengths.is_empty() {
+        let mut count = 0;
+        let mut taken = 0;
+        while count < rest_lengths.len() && (count == 0 || taken + rest_lengths[count] <= most) {
+            taken += rest_lengths[count];
+            count += 1;
+        }
+        let (head, tail) = std::mem::take(&mut rest).split_at_mut(taken * width);
+        out.push((head, &rest_lengths[..count], first));
+        rest = tail;
+        rest_lengths = &rest_lengths[count..];
+        first += taken;
+    }
+    out
+}
+
 thread_local! {
     /// The intermediate activations of the last forward pass on this thread, kept for the
     /// next one when they are small (single inputs): no allocation, page faults or zeroing
@@ -607,7 +606,7 @@ thread_local! {
     static ACTIVATIONS: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
-/// The tokens of a chunk of a single-threaded group (`Stack::run_in_chunks`): a chunk's
+/// The most tokens of a chunk (`chunks`): a chunk's
 /// activations then stay in the core's L2 between steps (384 wide: 3.5 MB, mostly touched a
 /// step at a time). (Measured, all-MiniLM-L6-v2 bfloat16 batches of the bench corpus, 2
 /// threads of a Sapphire Rapids: 920-937 sentences/s with 256, 921-925 with 512, 839-913 with
