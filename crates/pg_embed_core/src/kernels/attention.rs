@@ -10,7 +10,7 @@ use std::arch::x86_64::*;
 
 /// Rows per register tile.
 const R: usize = 4;
-/// Lines of 16 keys per tile of the scores (R x C accumulators).
+/// Lines of 16 columns per register tile (R x C accumulators).
 const C: usize = 4;
 
 thread_local! {
@@ -37,47 +37,39 @@ pub unsafe fn scores(
     dst: *mut f32,
     ld: usize,
 ) {
-    let lines = n.div_ceil(16);
+    let width = n.div_ceil(16) * 16;
     KEYS.with_borrow_mut(|kt| {
         kt.clear();
-        kt.resize(d * lines * 16, 0.0);
-        // SAFETY: AVX-512F (the caller's); rows < n, columns < d of k; kt holds d x lines x 16.
-        unsafe { transpose_keys(k, k_rs, n, d, kt.as_mut_ptr(), lines * 16) };
-        let mut i = 0;
-        while i < m {
-            let rows = R.min(m - i);
-            let mut line = 0;
-            while line < lines {
-                let width = C.min(lines - line);
-                // SAFETY: rows i..i + rows of q and dst, keys of lines line..line + width
-                // (the last masked to n); kt holds d x lines x 16.
-                unsafe {
-                    let at = (q.add(i * q_rs), q_rs, kt.as_ptr().add(line * 16), lines * 16);
-                    let out = (dst.add(i * ld + line * 16), ld, n - line * 16);
-                    match (rows, width) {
-                        (4, 4) => scores_tile::<4, 4>(d, at, scale, out),
-                        (4, 3) => scores_tile::<4, 3>(d, at, scale, out),
-                        (4, 2) => scores_tile::<4, 2>(d, at, scale, out),
-                        (4, _) => scores_tile::<4, 1>(d, at, scale, out),
-                        (3, 4) => scores_tile::<3, 4>(d, at, scale, out),
-                        (3, 3) => scores_tile::<3, 3>(d, at, scale, out),
-                        (3, 2) => scores_tile::<3, 2>(d, at, scale, out),
-                        (3, _) => scores_tile::<3, 1>(d, at, scale, out),
-                        (2, 4) => scores_tile::<2, 4>(d, at, scale, out),
-                        (2, 3) => scores_tile::<2, 3>(d, at, scale, out),
-                        (2, 2) => scores_tile::<2, 2>(d, at, scale, out),
-                        (2, _) => scores_tile::<2, 1>(d, at, scale, out),
-                        (_, 4) => scores_tile::<1, 4>(d, at, scale, out),
-                        (_, 3) => scores_tile::<1, 3>(d, at, scale, out),
-                        (_, 2) => scores_tile::<1, 2>(d, at, scale, out),
-                        (_, _) => scores_tile::<1, 1>(d, at, scale, out),
-                    }
-                }
-                line += width;
-            }
-            i += rows;
+        kt.resize(d * width, 0.0);
+        // SAFETY: AVX-512F (the caller's); rows < n, columns < d of k; kt holds d x width;
+        // then q [m, d] times kt [d, n] into dst, as the caller promises.
+        unsafe {
+            transpose_keys(k, k_rs, n, d, kt.as_mut_ptr(), width);
+            product(m, n, d, (q, q_rs), (kt.as_ptr(), width), scale, (dst, ld), false);
         }
     })
+}
+
+/// dst [m, d] (rows `ld` apart) = p v, plus dst when `add`: p [m, n] rows `p_rs` apart, v
+/// [n, d] rows `v_rs` apart.
+///
+/// # Safety
+/// As [`scores`].
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn context(
+    m: usize,
+    d: usize,
+    n: usize,
+    p: *const f32,
+    p_rs: usize,
+    v: *const f32,
+    v_rs: usize,
+    dst: *mut f32,
+    ld: usize,
+    add: bool,
+) {
+    // SAFETY: as the caller promises.
+    unsafe { product(m, d, n, (p, p_rs), (v, v_rs), 1.0, (dst, ld), add) }
 }
 
 /// kt [d, ld] = k [n, d]^T (rows of k `k_rs` apart), 16 keys at a time by gathers (the
@@ -106,89 +98,51 @@ fn lanes(cols: usize) -> __mmask16 {
     if cols >= 16 { 0xffff } else { ((1u32 << cols) - 1) as __mmask16 }
 }
 
-/// RR rows x CC lines of 16 scores: (q rows, their stride, kt at the tile's first key, kt's
-/// row stride), (dst at the tile, its row stride, keys left from the tile's first).
-#[target_feature(enable = "avx512f")]
-unsafe fn scores_tile<const RR: usize, const CC: usize>(
-    d: usize,
-    (q, q_rs, kt, kt_rs): (*const f32, usize, *const f32, usize),
-    scale: f32,
-    (dst, ld, left): (*mut f32, usize, usize),
-) {
-    let mut acc = [[_mm512_setzero_ps(); CC]; RR];
-    for x in 0..d {
-        // SAFETY (the block): within the sizes `scores` passes.
-        unsafe {
-            let mut b = [_mm512_setzero_ps(); CC];
-            for (c, b) in b.iter_mut().enumerate() {
-                *b = _mm512_loadu_ps(kt.add(x * kt_rs + 16 * c));
-            }
-            for (r, acc) in acc.iter_mut().enumerate() {
-                let a = _mm512_set1_ps(*q.add(r * q_rs + x));
-                for (acc, b) in acc.iter_mut().zip(&b) {
-                    *acc = _mm512_fmadd_ps(a, *b, *acc);
-                }
-            }
-        }
-    }
-    let scale = _mm512_set1_ps(scale);
-    for (r, acc) in acc.iter().enumerate() {
-        for (c, acc) in acc.iter().enumerate() {
-            // SAFETY: row r of the tile, keys masked to those left.
-            unsafe {
-                _mm512_mask_storeu_ps(dst.add(r * ld + 16 * c), lanes(left.saturating_sub(16 * c)), _mm512_mul_ps(*acc, scale))
-            };
-        }
-    }
-}
-
-/// dst [m, d] (rows `ld` apart) = p v, plus dst when `add`: p [m, n] rows `p_rs` apart, v
-/// [n, d] rows `v_rs` apart.
+/// dst [m, n] (rows `ld` apart) = `scale` a b, plus dst when `add`: a [m, inner] and b
+/// [inner, n], rows at their strides; in register tiles of up to R rows x C lines of 16.
 ///
 /// # Safety
-/// As [`scores`].
+/// AVX-512F; the pointers are valid for those reads and writes; dst overlaps neither.
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn context(
+unsafe fn product(
     m: usize,
-    d: usize,
     n: usize,
-    p: *const f32,
-    p_rs: usize,
-    v: *const f32,
-    v_rs: usize,
-    dst: *mut f32,
-    ld: usize,
+    inner: usize,
+    (a, a_rs): (*const f32, usize),
+    (b, b_rs): (*const f32, usize),
+    scale: f32,
+    (dst, ld): (*mut f32, usize),
     add: bool,
 ) {
-    let lines = d.div_ceil(16);
+    let lines = n.div_ceil(16);
     let mut i = 0;
     while i < m {
         let rows = R.min(m - i);
         let mut line = 0;
         while line < lines {
             let width = C.min(lines - line);
-            // SAFETY: rows i..i + rows of p and dst, columns of lines line..line + width of
-            // v and dst (the last masked to d).
+            // SAFETY: rows i..i + rows of a and dst, columns of lines line..line + width of
+            // b and dst (the last masked to n).
             unsafe {
-                let at = (p.add(i * p_rs), p_rs, v.add(line * 16), v_rs);
-                let out = (dst.add(i * ld + line * 16), ld, d - line * 16, add);
+                let from = (a.add(i * a_rs), a_rs, b.add(line * 16), b_rs);
+                let to = (dst.add(i * ld + line * 16), ld, n - line * 16, scale, add);
                 match (rows, width) {
-                    (4, 4) => context_tile::<4, 4>(n, at, out),
-                    (4, 3) => context_tile::<4, 3>(n, at, out),
-                    (4, 2) => context_tile::<4, 2>(n, at, out),
-                    (4, _) => context_tile::<4, 1>(n, at, out),
-                    (3, 4) => context_tile::<3, 4>(n, at, out),
-                    (3, 3) => context_tile::<3, 3>(n, at, out),
-                    (3, 2) => context_tile::<3, 2>(n, at, out),
-                    (3, _) => context_tile::<3, 1>(n, at, out),
-                    (2, 4) => context_tile::<2, 4>(n, at, out),
-                    (2, 3) => context_tile::<2, 3>(n, at, out),
-                    (2, 2) => context_tile::<2, 2>(n, at, out),
-                    (2, _) => context_tile::<2, 1>(n, at, out),
-                    (_, 4) => context_tile::<1, 4>(n, at, out),
-                    (_, 3) => context_tile::<1, 3>(n, at, out),
-                    (_, 2) => context_tile::<1, 2>(n, at, out),
-                    (_, _) => context_tile::<1, 1>(n, at, out),
+                    (4, 4) => tile::<4, 4>(inner, from, to),
+                    (4, 3) => tile::<4, 3>(inner, from, to),
+                    (4, 2) => tile::<4, 2>(inner, from, to),
+                    (4, _) => tile::<4, 1>(inner, from, to),
+                    (3, 4) => tile::<3, 4>(inner, from, to),
+                    (3, 3) => tile::<3, 3>(inner, from, to),
+                    (3, 2) => tile::<3, 2>(inner, from, to),
+                    (3, _) => tile::<3, 1>(inner, from, to),
+                    (2, 4) => tile::<2, 4>(inner, from, to),
+                    (2, 3) => tile::<2, 3>(inner, from, to),
+                    (2, 2) => tile::<2, 2>(inner, from, to),
+                    (2, _) => tile::<2, 1>(inner, from, to),
+                    (_, 4) => tile::<1, 4>(inner, from, to),
+                    (_, 3) => tile::<1, 3>(inner, from, to),
+                    (_, 2) => tile::<1, 2>(inner, from, to),
+                    (_, _) => tile::<1, 1>(inner, from, to),
                 }
             }
             line += width;
@@ -197,37 +151,40 @@ pub unsafe fn context(
     }
 }
 
-/// RR rows x CC lines of 16 context values: (p rows, their stride, v at the tile's first
-/// column, v's row stride), (dst at the tile, its row stride, columns left, add).
+/// RR rows x CC lines of 16 of `product`: (a at the tile's first row, its row stride, b at
+/// the tile's first column, its row stride), (dst at the tile, its row stride, columns left
+/// from the tile's first, scale, add).
 #[target_feature(enable = "avx512f")]
-unsafe fn context_tile<const RR: usize, const CC: usize>(
-    n: usize,
-    (p, p_rs, v, v_rs): (*const f32, usize, *const f32, usize),
-    (dst, ld, left, add): (*mut f32, usize, usize, bool),
+unsafe fn tile<const RR: usize, const CC: usize>(
+    inner: usize,
+    (a, a_rs, b, b_rs): (*const f32, usize, *const f32, usize),
+    (dst, ld, left, scale, add): (*mut f32, usize, usize, f32, bool),
 ) {
     let mut acc = [[_mm512_setzero_ps(); CC]; RR];
-    for j in 0..n {
-        // SAFETY (the block): within the sizes `context` passes; v's last line masked.
+    for x in 0..inner {
+        // SAFETY (the block): within the sizes `product` passes; b's last line masked.
         unsafe {
-            let mut b = [_mm512_setzero_ps(); CC];
-            for (c, b) in b.iter_mut().enumerate() {
-                *b = _mm512_maskz_loadu_ps(lanes(left.saturating_sub(16 * c)), v.add(j * v_rs + 16 * c));
+            let mut line = [_mm512_setzero_ps(); CC];
+            for (c, line) in line.iter_mut().enumerate() {
+                *line = _mm512_maskz_loadu_ps(lanes(left.saturating_sub(16 * c)), b.add(x * b_rs + 16 * c));
             }
             for (r, acc) in acc.iter_mut().enumerate() {
-                let a = _mm512_set1_ps(*p.add(r * p_rs + j));
-                for (acc, b) in acc.iter_mut().zip(&b) {
-                    *acc = _mm512_fmadd_ps(a, *b, *acc);
+                let v = _mm512_set1_ps(*a.add(r * a_rs + x));
+                for (acc, line) in acc.iter_mut().zip(&line) {
+                    *acc = _mm512_fmadd_ps(v, *line, *acc);
                 }
             }
         }
     }
+    let scale = _mm512_set1_ps(scale);
     for (r, acc) in acc.iter().enumerate() {
         for (c, acc) in acc.iter().enumerate() {
             let mask = lanes(left.saturating_sub(16 * c));
             // SAFETY: row r of the tile, columns masked to those left.
             unsafe {
                 let at = dst.add(r * ld + 16 * c);
-                let sum = if add { _mm512_add_ps(_mm512_maskz_loadu_ps(mask, at), *acc) } else { *acc };
+                let scaled = _mm512_mul_ps(*acc, scale);
+                let sum = if add { _mm512_add_ps(_mm512_maskz_loadu_ps(mask, at), scaled) } else { scaled };
                 _mm512_mask_storeu_ps(at, mask, sum);
             }
         }

@@ -42,6 +42,21 @@ pub unsafe fn block(xs: &[u32], pairs: usize, w: &[PairLine], rows: usize, dest:
     }
 }
 
+/// 32 inputs from `x` rounded to bfloat16 pairs (`vcvtne2ps2bf16`): 16 dwords, the even
+/// input in each one's low half.
+///
+/// # Safety
+/// The CPU has AVX512-BF16; x is valid for 32 reads.
+#[target_feature(enable = "avx512f,avx512bf16")]
+#[inline]
+unsafe fn round_line(x: *const f32) -> __m512i {
+    // SAFETY: as the caller promises.
+    unsafe {
+        let (lo, hi) = (_mm512_loadu_ps(x), _mm512_loadu_ps(x.add(16)));
+        std::mem::transmute(_mm512_cvtne2ps_pbh(hi, lo))
+    }
+}
+
 /// As `super::portable::round_rows`, with `vcvtne2ps2bf16` (the same rounding: to nearest
 /// even, NaN quiet, denormals to zero), 32 inputs at a time.
 ///
@@ -54,12 +69,7 @@ pub unsafe fn round_rows(x: &[f32], k: usize, pairs: usize, xs: &mut [u32]) {
         let mut i = 0;
         while i + 32 <= row.len() {
             // SAFETY: 32 inputs from i are within the row, 16 dwords from i / 2 within dst.
-            unsafe {
-                let lo = _mm512_loadu_ps(row.as_ptr().add(i));
-                let hi = _mm512_loadu_ps(row.as_ptr().add(i + 16));
-                let both: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(hi, lo));
-                _mm512_storeu_si512(dst.as_mut_ptr().add(i / 2).cast(), both);
-            }
+            unsafe { _mm512_storeu_si512(dst.as_mut_ptr().add(i / 2).cast(), round_line(row.as_ptr().add(i))) };
             i += 32;
         }
         if i < row.len() {
@@ -85,10 +95,8 @@ pub unsafe fn round_tiles(x: &[f32], k: usize, pairs: usize, xs: &mut [u32]) {
             // SAFETY: 32 inputs from i are within the row; the line's 16 dwords are within
             // xs (asserted for the row's last tile).
             unsafe {
-                let lo = _mm512_loadu_ps(row.as_ptr().add(i));
-                let hi = _mm512_loadu_ps(row.as_ptr().add(i + 16));
-                let both: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(hi, lo));
-                _mm512_storeu_si512(xs.as_mut_ptr().add(super::tile_index(r, pairs, i / 2)).cast(), both);
+                let at = xs.as_mut_ptr().add(super::tile_index(r, pairs, i / 2));
+                _mm512_storeu_si512(at.cast(), round_line(row.as_ptr().add(i)));
             }
             i += 32;
         }
