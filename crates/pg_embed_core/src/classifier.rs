@@ -108,6 +108,12 @@ const HEADS: &[HeadRow] = &[
         model_types: &["vit"],
         layout: |_| Ok((Pool::First, None, None, "classifier")),
     },
+    // SigLIP: the classifier on the mean of the vision tower's layernormed tokens.
+    HeadRow {
+        architecture: "SiglipForImageClassification",
+        model_types: &["siglip"],
+        layout: |_| Ok((Pool::Mean, None, None, "classifier")),
+    },
     HeadRow {
         architecture: "DebertaV2ForSequenceClassification",
         model_types: &["deberta-v2"],
@@ -287,7 +293,7 @@ DebertaV2ForSequenceClassification, DistilBertForSequenceClassification, Electra
 EuroBertForSequenceClassification, GPT2ForSequenceClassification, Gemma2ForSequenceClassification, \
 GteForSequenceClassification, JinaEmbeddingsV3ForSequenceClassification, LlamaForSequenceClassification, \
 MistralForSequenceClassification, ModernBertForSequenceClassification, Qwen2ForSequenceClassification, \
-Qwen3ForSequenceClassification, RobertaForSequenceClassification, ViTForImageClassification, \
+Qwen3ForSequenceClassification, RobertaForSequenceClassification, SiglipForImageClassification, ViTForImageClassification, \
 XLMRobertaForSequenceClassification, XLNetForSequenceClassification";
 
 /// Which token states a head reads.

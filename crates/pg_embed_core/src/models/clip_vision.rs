@@ -9,7 +9,7 @@ use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
 use super::encoder::{bad_weights, check_heads};
-use super::vision::{self, EmbeddingNames, Grid, LayerNames, Shape, StackShape};
+use super::vision::{self, EmbeddingNames, Grid, Shape, StackShape};
 use super::{Batch, Modality};
 use crate::error::Result;
 use crate::layers::{self, Linear, Norm};
@@ -87,20 +87,6 @@ pub struct Model {
     hidden: usize,
 }
 
-/// CLIPEncoderLayer's weight names (the text tower's too).
-const LAYERS: LayerNames = LayerNames {
-    layers: "encoder.layers",
-    query: "self_attn.q_proj",
-    key: "self_attn.k_proj",
-    value: "self_attn.v_proj",
-    out: "self_attn.out_proj",
-    norm_before: "layer_norm1",
-    norm_after: "layer_norm2",
-    up: "mlp.fc1",
-    down: "mlp.fc2",
-    layer_scale: None,
-};
-
 /// The tower under `vb` (`vision_model.*` and `visual_projection` beside it).
 pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
     check_heads(cfg.hidden_size, cfg.num_attention_heads)?;
@@ -110,7 +96,7 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
     let load = || -> candle_core::Result<Model> {
         let t = root.pp("vision_model");
         let names = EmbeddingNames {
-            cls: "embeddings.class_embedding",
+            cls: Some("embeddings.class_embedding"),
             patch: "embeddings.patch_embedding",
             positions: "embeddings.position_embedding.weight",
             patch_bias: false,
@@ -125,7 +111,7 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
         let eps = cfg.layer_norm_eps;
         let stack = vision::pre_norm_stack(
             &t,
-            &LAYERS,
+            &vision::CLIP_LAYERS,
             &StackShape {
                 hidden: h,
                 heads: cfg.num_attention_heads,

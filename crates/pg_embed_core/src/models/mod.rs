@@ -37,6 +37,9 @@ pub mod nomic_bert;
 pub mod qwen2;
 pub mod qwen3;
 pub mod roberta;
+pub mod siglip;
+pub mod siglip_text;
+pub mod siglip_vision;
 pub mod static_embedding;
 pub mod t5;
 pub mod vision;
@@ -155,10 +158,26 @@ pub trait Model: Send + Sync + Prepare {
         Ok(None)
     }
 
+    /// The hidden states and, when `pooler`, the pooler output: `forward` then `pooler`,
+    /// unless the pooler reads a state that is not among the batch's tokens (SigLIP's text
+    /// tower reads the last padding position's) and the model computes both in one pass.
+    fn forward_pooled(&self, batch: &Batch, pooler: bool) -> candle_core::Result<(Vec<f32>, Option<Tensor>)> {
+        let hidden = self.forward(batch)?;
+        let pooled = if pooler { self.pooler(&hidden, batch)? } else { None };
+        Ok((hidden, pooled))
+    }
+
     /// The tokens an image of `height` x `width` pixels (as the image processor gives it)
     /// becomes, or why the model cannot take it; an error for a text model.
     fn image_tokens(&self, _height: usize, _width: usize) -> std::result::Result<usize, String> {
         Err("this model takes text, not images".into())
+    }
+
+    /// A sigmoid-loss dual encoder's `logit_scale` (the log of the temperature, as stored)
+    /// and `logit_bias`: text i matches image j with probability
+    /// sigmoid(exp(logit_scale) * cos(text_i, image_j) + logit_bias) (SigLIP).
+    fn sigmoid_logits(&self) -> Option<(f32, f32)> {
+        None
     }
 
     /// Leading tokens of an image sequence that `cls` reads and the averaging modes leave
@@ -262,6 +281,9 @@ pub const ARCHITECTURES: &[Architecture] = &[
     Architecture { model_type: "qwen2", parse: parse_as::<qwen2::Config> },
     Architecture { model_type: "qwen3", parse: parse_as::<qwen3::Config> },
     Architecture { model_type: "roberta", parse: parse_as::<roberta::Config> },
+    Architecture { model_type: "siglip", parse: parse_as::<siglip::Config> },
+    Architecture { model_type: "siglip_text_model", parse: parse_as::<siglip_text::Config> },
+    Architecture { model_type: "siglip_vision_model", parse: parse_as::<siglip_vision::Config> },
     Architecture { model_type: "t5", parse: parse_as::<t5::Config> },
     Architecture { model_type: "vit", parse: parse_as::<vit::Config> },
     Architecture { model_type: "xlm-roberta", parse: parse_as::<roberta::Config> },

@@ -1,6 +1,6 @@
-//! What the vision transformers (ViT, DINOv2, CLIP's vision tower) share: an image's
-//! patches as tokens (the patch convolution, kernel = stride = patch size, is a linear layer
-//! over flattened patches), a [CLS] token in front, position embeddings (interpolated to the
+//! What the vision transformers (ViT, DINOv2, CLIP's and SigLIP's vision towers) share: an
+//! image's patches as tokens (the patch convolution, kernel = stride = patch size, is a linear
+//! layer over flattened patches), a [CLS] token in front (none in SigLIP), position embeddings (interpolated to the
 //! image's patch grid as transformers does for DINOv2), and their pre-LayerNorm layer stack
 //! built from a table of weight names. The stack itself is the layer library's, the same as
 //! every text encoder's.
@@ -29,8 +29,9 @@ pub struct Embeddings {
     patch: Linear,
     patch_size: usize,
     channels: usize,
-    cls: Floats,
-    /// [1 + side * side, hidden]: [CLS]'s row, then the trained grid row by row.
+    /// The [CLS] token; None where the architecture has none (SigLIP).
+    cls: Option<Floats>,
+    /// [cls + side * side, hidden]: [CLS]'s row if any, then the trained grid row by row.
     positions: Floats,
     /// The trained image size in pixels (square) and the grid's side in patches.
     image_size: usize,
@@ -41,7 +42,7 @@ pub struct Embeddings {
 
 /// Where an architecture keeps its embedding weights, relative to the model's root.
 pub struct EmbeddingNames {
-    pub cls: &'static str,
+    pub cls: Option<&'static str>,
     pub patch: &'static str,
     /// The position table: a parameter [1, n, hidden] (ViT, DINOv2) or an nn.Embedding's
     /// `weight` [n, hidden] (CLIP).
@@ -74,20 +75,27 @@ impl Embeddings {
             vb.get((hidden, channels, patch_size, patch_size), &format!("{}.weight", names.patch))?;
         let bias = names.patch_bias.then(|| vb.get(hidden, &format!("{}.bias", names.patch))).transpose()?;
         let patch = weights::linear_of(&weight.reshape((hidden, inputs))?, bias.as_ref())?;
-        let cls = vb.get_unchecked(names.cls)?.flatten_all()?.to_vec1::<f32>()?;
-        if cls.len() != hidden {
-            candle_core::bail!("{} has {} values, expected {hidden}", names.cls, cls.len());
-        }
+        let cls = match names.cls {
+            Some(name) => {
+                let cls = vb.get_unchecked(name)?.flatten_all()?.to_vec1::<f32>()?;
+                if cls.len() != hidden {
+                    candle_core::bail!("{name} has {} values, expected {hidden}", cls.len());
+                }
+                Some(cls.into())
+            }
+            None => None,
+        };
+        let lead = usize::from(cls.is_some());
         let positions = vb.get_unchecked(names.positions)?.flatten_all()?.to_vec1::<f32>()?;
-        if positions.len() != (1 + side * side) * hidden {
+        if positions.len() != (lead + side * side) * hidden {
             candle_core::bail!(
                 "{} has {} values, expected {} positions of {hidden}",
                 names.positions,
                 positions.len(),
-                1 + side * side
+                lead + side * side
             );
         }
-        let (cls, positions) = (cls.into(), positions.into());
+        let positions = positions.into();
         Ok(Embeddings { patch, patch_size, channels, cls, positions, image_size, side, grid, hidden })
     }
 
@@ -111,7 +119,12 @@ impl Embeddings {
                 self.image_size
             ));
         }
-        Ok(1 + rows * cols)
+        Ok(self.lead() + rows * cols)
+    }
+
+    /// The tokens in front of the patches: 1 with a [CLS] token, else 0.
+    fn lead(&self) -> usize {
+        usize::from(self.cls.is_some())
     }
 
     /// The position rows for an image's grid: the trained ones, or interpolated.
@@ -122,14 +135,14 @@ impl Embeddings {
         if self.grid == Grid::Fixed || (rows * cols == self.side * self.side && height == width) {
             return Cow::Borrowed(&self.positions);
         }
-        let h = self.hidden;
-        let mut out = Vec::with_capacity((1 + rows * cols) * h);
-        out.extend_from_slice(&self.positions[..h]);
-        out.extend(bicubic(&self.positions[h..], self.side, self.side, rows, cols, h));
+        let (h, lead) = (self.hidden, self.lead() * self.hidden);
+        let mut out = Vec::with_capacity(lead + rows * cols * h);
+        out.extend_from_slice(&self.positions[..lead]);
+        out.extend(bicubic(&self.positions[lead..], self.side, self.side, rows, cols, h));
         Cow::Owned(out)
     }
 
-    /// The packed input tokens of `images`: per image its [CLS] row and its patches in
+    /// The packed input tokens of `images`: per image its [CLS] row (if any) and its patches in
     /// raster order, each plus its position embedding; image i must be `lengths[i]` tokens.
     fn forward(&self, images: &[Pixels], lengths: &[usize]) -> candle_core::Result<Vec<f32>> {
         if images.len() != lengths.len() {
@@ -167,15 +180,19 @@ impl Embeddings {
             }
         }
         let projected = self.patch.apply(&patches);
-        let total: usize = grids.iter().map(|(r, c)| 1 + r * c).sum();
+        let lead = self.lead();
+        let total: usize = grids.iter().map(|(r, c)| lead + r * c).sum();
         let mut x = Vec::with_capacity(total * h);
         let mut next = projected.chunks_exact(h);
         for (image, &(rows, cols)) in images.iter().zip(&grids) {
             let positions = self.positions_for(image.height, image.width);
-            x.extend(self.cls.iter().zip(&positions[..h]).map(|(a, b)| a + b));
+            if let Some(cls) = &self.cls {
+                x.extend(cls.iter().zip(&positions[..h]).map(|(a, b)| a + b));
+            }
             for t in 0..rows * cols {
                 let row = next.next().ok_or_else(|| candle_core::Error::Msg("too few patch rows".into()))?;
-                x.extend(row.iter().zip(&positions[(1 + t) * h..(2 + t) * h]).map(|(a, b)| a + b));
+                let at = (lead + t) * h;
+                x.extend(row.iter().zip(&positions[at..at + h]).map(|(a, b)| a + b));
             }
         }
         Ok(x)
@@ -194,9 +211,14 @@ pub fn trained_tokens(image_size: usize, patch_size: usize) -> usize {
     1 + side * side
 }
 
+/// The tokens of an image at the trained size without a [CLS] token (SigLIP).
+pub fn trained_patches(image_size: usize, patch_size: usize) -> usize {
+    trained_tokens(image_size, patch_size) - 1
+}
+
 /// ViT's and DINOv2's embedding weights.
 pub const VIT_EMBEDDINGS: EmbeddingNames = EmbeddingNames {
-    cls: "embeddings.cls_token",
+    cls: Some("embeddings.cls_token"),
     patch: "embeddings.patch_embeddings.projection",
     positions: "embeddings.position_embeddings",
     patch_bias: true,
@@ -284,6 +306,20 @@ pub struct LayerNames {
     /// DINOv2's per-channel LayerScale after attention and after the MLP (`lambda1`).
     pub layer_scale: Option<(&'static str, &'static str)>,
 }
+
+/// CLIPEncoderLayer's weight names (SigLIP's layers, both towers, use the same).
+pub const CLIP_LAYERS: LayerNames = LayerNames {
+    layers: "encoder.layers",
+    query: "self_attn.q_proj",
+    key: "self_attn.k_proj",
+    value: "self_attn.v_proj",
+    out: "self_attn.out_proj",
+    norm_before: "layer_norm1",
+    norm_after: "layer_norm2",
+    up: "mlp.fc1",
+    down: "mlp.fc2",
+    layer_scale: None,
+};
 
 /// The size of a vision encoder's layers.
 pub struct StackShape {

@@ -232,6 +232,9 @@ impl Pipeline {
             modality,
             preprocessing: images.as_ref().map(ImageProcessor::describe),
             backbone: config.summary(),
+            zero_shot: weights.backbone.sigmoid_logits().map(|(scale, bias)| {
+                serde_json::json!({"logit_scale": scale, "logit_bias": bias})
+            }),
             parameters,
             precision: options.precision.unwrap_or_default(),
             pooling: pooling.clone(),

@@ -56,6 +56,10 @@ pub struct PipelineInfo {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub preprocessing: Option<serde_json::Value>,
     pub backbone: serde_json::Value,
+    /// A sigmoid-loss dual encoder's zero-shot constants: `logit_scale` and `logit_bias` as
+    /// the checkpoint stores them (see `Model::sigmoid_logits`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub zero_shot: Option<serde_json::Value>,
     pub parameters: usize,
     /// What the backbone's linear layers compute with (`options.precision`).
     pub precision: crate::options::Precision,
@@ -536,20 +540,18 @@ impl Pipeline {
             let sequences = pooling::Sequences { bounds: batch.bounds, skips, summary: 0, lasts };
             return pooling::pool_rows(token, self.hidden_size, sequences, modes, None).map_err(Error::Inference);
         }
-        let hidden = self.weights.backbone.forward(batch).map_err(Error::inference)?;
-        let pooler = if modes.contains(&PoolingMode::Pooler) { self.pooler(&hidden, batch)? } else { None };
+        let (hidden, pooler) = self
+            .weights
+            .backbone
+            .forward_pooled(batch, modes.contains(&PoolingMode::Pooler))
+            .map_err(Error::inference)?;
+        let pooler = pooler.map(|t| t.to_vec2::<f32>()).transpose().map_err(Error::inference)?;
         let summary = if batch.is_image() { self.weights.backbone.summary_tokens() } else { 0 };
         let sequences = pooling::Sequences { bounds: batch.bounds, skips, summary, lasts };
         pooling::pool(&hidden, self.hidden_size, sequences, modes, pooler.as_deref())
             .map_err(Error::Inference)
     }
 
-
-    /// The backbone's pooler output, one row per sequence.
-    fn pooler(&self, hidden: &[f32], batch: &Batch) -> Result<Option<Vec<Vec<f32>>>> {
-        let run = || self.weights.backbone.pooler(hidden, batch)?.map(|t| t.to_vec2::<f32>()).transpose();
-        run().map_err(Error::inference)
-    }
 
     /// The projection heads, in order, over pooled rows (with `route`'s among them).
     fn apply_heads(&self, rows: Vec<Vec<f32>>, route: Option<&routes::Route>) -> Result<Vec<Vec<f32>>> {

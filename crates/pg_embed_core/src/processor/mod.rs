@@ -1,6 +1,6 @@
 //! Image preprocessing: image bytes to a model's `pixel_values`, as transformers' PIL-based
 //! image processors (`use_fast=False`) compute them for ViTImageProcessor,
-//! CLIPImageProcessor and BitImageProcessor (DINOv2's).
+//! CLIPImageProcessor, BitImageProcessor (DINOv2's) and SiglipImageProcessor.
 //!
 //! The steps, each as transformers and Pillow do them:
 //! 1. decode ([`decode`]): PNG, JPEG, WebP, GIF, BMP, TIFF, refused over a pixel limit
@@ -48,6 +48,7 @@ pub enum ProcessorClass {
     Vit,
     Clip,
     Bit,
+    Siglip,
 }
 
 impl ProcessorClass {
@@ -57,13 +58,14 @@ impl ProcessorClass {
             ProcessorClass::Vit => "ViTImageProcessor",
             ProcessorClass::Clip => "CLIPImageProcessor",
             ProcessorClass::Bit => "BitImageProcessor",
+            ProcessorClass::Siglip => "SiglipImageProcessor",
         }
     }
 
     /// The class of an `image_processor_type`, with or without the `Fast`/`Pil` suffix.
     fn from_type(name: &str) -> Option<ProcessorClass> {
         let base = name.strip_suffix("Fast").or_else(|| name.strip_suffix("Pil")).unwrap_or(name);
-        [ProcessorClass::Vit, ProcessorClass::Clip, ProcessorClass::Bit]
+        [ProcessorClass::Vit, ProcessorClass::Clip, ProcessorClass::Bit, ProcessorClass::Siglip]
             .into_iter()
             .find(|c| c.name() == base)
     }
@@ -82,6 +84,18 @@ impl ProcessorClass {
                 do_center_crop: false,
                 crop_size: None,
                 do_convert_rgb: false,
+                mean: [0.5; 3],
+                std: [0.5; 3],
+            },
+            // A fixed size, bicubic, no crop, IMAGENET_STANDARD mean and std (0.5).
+            ProcessorClass::Siglip => Defaults {
+                do_resize: true,
+                size: Some(json!({"height": 224, "width": 224})),
+                default_to_square: false,
+                resample: Filter::Bicubic,
+                do_center_crop: false,
+                crop_size: None,
+                do_convert_rgb: true,
                 mean: [0.5; 3],
                 std: [0.5; 3],
             },
@@ -209,7 +223,7 @@ impl ImageProcessor {
                 return Err(invalid(format!("image_processor_type {other} is not a string")))
             }
         };
-        const SUPPORTED: &str = "ViTImageProcessor, CLIPImageProcessor, BitImageProcessor";
+        const SUPPORTED: &str = "ViTImageProcessor, CLIPImageProcessor, BitImageProcessor, SiglipImageProcessor";
         let class = ProcessorClass::from_type(&type_name)
             .ok_or_else(|| unsupported("image processor", type_name.clone(), SUPPORTED))?;
         let defaults = class.defaults();
@@ -569,7 +583,7 @@ mod tests {
     fn unknown_classes_and_settings_are_refused_by_name() {
         let message = |config: Value| processor(config).unwrap_err().to_string();
         assert!(
-            message(json!({"image_processor_type": "SiglipImageProcessor"})).contains("SiglipImageProcessor")
+            message(json!({"image_processor_type": "Siglip2ImageProcessor"})).contains("Siglip2ImageProcessor")
         );
         assert!(message(json!({})).contains("image_processor_type"));
         assert!(

@@ -1,0 +1,182 @@
+//! SigLIP (SiglipModel, and SigLIP 2's fixed-resolution checkpoints, which use the same
+//! classes): a text tower and a vision tower trained with a sigmoid loss into one space.
+//! `embed` runs the text tower (`get_text_features`), `embed_image` the vision tower
+//! (`get_image_features`). The same `model_type` serves SiglipForImageClassification: the
+//! vision tower only, whose classifier reads the mean of its tokens.
+
+use candle_core::Tensor;
+use candle_nn::VarBuilder;
+use serde::{Deserialize, Serialize};
+
+use super::encoder::bad_weights;
+use super::{siglip_text, siglip_vision, Batch, Modality};
+use crate::error::{Error, Result};
+use crate::pooling::PoolingMode;
+
+/// `transformers.SiglipConfig`
+/// (https://huggingface.co/docs/transformers/model_doc/siglip#transformers.SiglipConfig):
+/// the two towers' configs; `architectures` tells a classification checkpoint (no text
+/// tower) from the dual encoder.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(try_from = "Raw")]
+pub struct Config {
+    pub text_config: siglip_text::Config,
+    pub vision_config: siglip_vision::Config,
+    pub architectures: Vec<String>,
+}
+
+/// config.json as written: a sub-config left out or null takes transformers' defaults.
+#[derive(Deserialize)]
+struct Raw {
+    #[serde(default)]
+    text_config: Option<serde_json::Map<String, serde_json::Value>>,
+    #[serde(default)]
+    vision_config: Option<serde_json::Map<String, serde_json::Value>>,
+    #[serde(default)]
+    architectures: Vec<String>,
+}
+
+impl TryFrom<Raw> for Config {
+    type Error = String;
+
+    fn try_from(raw: Raw) -> std::result::Result<Self, String> {
+        let text = serde_json::from_value(raw.text_config.unwrap_or_default().into())
+            .map_err(|e| format!("text_config: {e}"))?;
+        let vision = serde_json::from_value(raw.vision_config.unwrap_or_default().into())
+            .map_err(|e| format!("vision_config: {e}"))?;
+        Ok(Config { text_config: text, vision_config: vision, architectures: raw.architectures })
+    }
+}
+
+impl Config {
+    /// SiglipForImageClassification: the vision tower and a classifier, no text tower.
+    fn image_only(&self) -> bool {
+        self.architectures.iter().any(|a| a == "SiglipForImageClassification")
+    }
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+pub struct Model {
+    text: Option<siglip_text::Model>,
+    vision: siglip_vision::Model,
+    /// `logit_scale` (the log of the temperature, as stored) and `logit_bias`.
+    sigmoid_logits: Option<(f32, f32)>,
+}
+
+pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
+    let vision = siglip_vision::load(vb.clone(), &cfg.vision_config)?;
+    if cfg.image_only() {
+        return Ok(Model { text: None, vision, sigmoid_logits: None });
+    }
+    let text = siglip_text::load(vb.clone(), &cfg.text_config)?;
+    if !vision.has_head() || text.pooled_size() != vision.pooled_size() {
+        return Err(Error::invalid_file(
+            "model.safetensors",
+            format!(
+                "the text tower's output ({}) and the vision tower's ({}) differ, or the vision tower has no attention-pooling head",
+                text.pooled_size(),
+                vision.pooled_size()
+            ),
+        ));
+    }
+    let scalar = |name: &str| -> candle_core::Result<f32> { vb.get(1, name)?.to_vec1::<f32>().map(|v| v[0]) };
+    let sigmoid_logits = if vb.contains_tensor("logit_scale") && vb.contains_tensor("logit_bias") {
+        Some((scalar("logit_scale").map_err(bad_weights)?, scalar("logit_bias").map_err(bad_weights)?))
+    } else {
+        None
+    };
+    Ok(Model { text: Some(text), vision, sigmoid_logits })
+}
+
+impl super::Config for Config {
+    fn hidden_size(&self) -> usize {
+        if self.image_only() {
+            self.vision_config.hidden_size
+        } else {
+            self.text_config.hidden_size
+        }
+    }
+    fn max_position_embeddings(&self) -> usize {
+        if self.image_only() {
+            super::Config::max_position_embeddings(&self.vision_config)
+        } else {
+            self.text_config.max_position_embeddings
+        }
+    }
+    fn vocab_size(&self) -> usize {
+        if self.image_only() {
+            0
+        } else {
+            self.text_config.vocab_size
+        }
+    }
+    fn pad_token_id(&self) -> u32 {
+        self.text_config.pad_token_id
+    }
+    fn default_pooling(&self) -> PoolingMode {
+        if self.image_only() {
+            PoolingMode::Mean
+        } else {
+            PoolingMode::Pooler
+        }
+    }
+    fn modality(&self) -> Modality {
+        if self.image_only() {
+            Modality::Image
+        } else {
+            Modality::Both
+        }
+    }
+    fn load(&self, vb: VarBuilder) -> Result<Box<dyn super::Model>> {
+        Ok(Box::new(load(vb, self)?))
+    }
+    fn restore(&self, prepared: serde_json::Value) -> Result<Box<dyn super::Model>> {
+        super::restore::<Model>(prepared)
+    }
+}
+
+impl Model {
+    fn text(&self) -> candle_core::Result<&siglip_text::Model> {
+        self.text.as_ref().ok_or_else(|| candle_core::Error::Msg("this model takes images, not text".into()))
+    }
+}
+
+impl super::Model for Model {
+    fn forward(&self, batch: &Batch) -> candle_core::Result<Vec<f32>> {
+        if batch.is_image() {
+            self.vision.forward(batch)
+        } else {
+            super::Model::forward(self.text()?, batch)
+        }
+    }
+
+    fn pooler_size(&self) -> Option<usize> {
+        self.vision.pooler_size()
+    }
+
+    fn pooler(&self, hidden: &[f32], batch: &Batch) -> candle_core::Result<Option<Tensor>> {
+        if batch.is_image() {
+            self.vision.pooler(hidden, batch)
+        } else {
+            candle_core::bail!("the text tower's pooled output comes from forward_pooled")
+        }
+    }
+
+    fn forward_pooled(&self, batch: &Batch, pooler: bool) -> candle_core::Result<(Vec<f32>, Option<Tensor>)> {
+        if batch.is_image() {
+            let hidden = self.vision.forward(batch)?;
+            let pooled = if pooler { self.vision.pooler(&hidden, batch)? } else { None };
+            Ok((hidden, pooled))
+        } else {
+            self.text()?.forward_pooled(batch, pooler)
+        }
+    }
+
+    fn image_tokens(&self, height: usize, width: usize) -> std::result::Result<usize, String> {
+        self.vision.image_tokens(height, width)
+    }
+
+    fn sigmoid_logits(&self) -> Option<(f32, f32)> {
+        self.sigmoid_logits
+    }
+}

@@ -1,0 +1,282 @@
+//! SigLIP's vision tower (SiglipVisionModel, and the image side of SiglipModel,
+//! SiglipForImageClassification and SigLIP 2's fixed-resolution checkpoints): patches with
+//! bias and learned positions, no [CLS] token, pre-LayerNorm layers, `post_layernorm` over
+//! every token (transformers' `last_hidden_state`), and the attention-pooling head (MAP:
+//! one learned probe attends over the tokens, then a residual MLP) as `pooler_output`,
+//! what `get_image_features` returns.
+
+use candle_core::Tensor;
+use candle_nn::VarBuilder;
+use serde::{Deserialize, Serialize};
+
+use super::encoder::{bad_weights, check_heads};
+use super::vision::{self, EmbeddingNames, Grid, Shape, StackShape};
+use super::{Batch, Modality};
+use crate::error::Result;
+use crate::layers::{self, Activation, Linear, Norm};
+use crate::pooling::PoolingMode;
+use crate::prepared::Floats;
+use crate::weights;
+
+/// `transformers.SiglipVisionConfig`
+/// (https://huggingface.co/docs/transformers/model_doc/siglip#transformers.SiglipVisionConfig);
+/// defaults are transformers' defaults.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct Config {
+    #[serde(default = "d::hidden_size")]
+    pub hidden_size: usize,
+    #[serde(default = "d::intermediate_size")]
+    pub intermediate_size: usize,
+    #[serde(default = "d::num_hidden_layers")]
+    pub num_hidden_layers: usize,
+    #[serde(default = "d::num_attention_heads")]
+    pub num_attention_heads: usize,
+    #[serde(default = "d::num_channels")]
+    pub num_channels: usize,
+    #[serde(default = "d::image_size")]
+    pub image_size: usize,
+    #[serde(default = "d::patch_size")]
+    pub patch_size: usize,
+    #[serde(default = "d::hidden_act")]
+    pub hidden_act: String,
+    #[serde(default = "d::layer_norm_eps")]
+    pub layer_norm_eps: f64,
+    #[serde(default = "d::vision_use_head")]
+    pub vision_use_head: bool,
+}
+
+mod d {
+    pub fn hidden_size() -> usize {
+        768
+    }
+    pub fn intermediate_size() -> usize {
+        3072
+    }
+    pub fn num_hidden_layers() -> usize {
+        12
+    }
+    pub fn num_attention_heads() -> usize {
+        12
+    }
+    pub fn num_channels() -> usize {
+        3
+    }
+    pub fn image_size() -> usize {
+        224
+    }
+    pub fn patch_size() -> usize {
+        16
+    }
+    pub fn hidden_act() -> String {
+        "gelu_pytorch_tanh".into()
+    }
+    pub fn layer_norm_eps() -> f64 {
+        1e-6
+    }
+    pub fn vision_use_head() -> bool {
+        true
+    }
+}
+
+/// SiglipMultiheadAttentionPoolingHead: `probe` attends over a sequence's tokens
+/// (torch's MultiheadAttention: packed in-projection, scaled dot products, out_proj), then
+/// x + mlp(layernorm(x)).
+#[derive(serde::Serialize, serde::Deserialize)]
+pub struct AttentionPool {
+    /// The probe's query, in_proj's first third applied to it once: [hidden].
+    query: Floats,
+    /// in_proj's key and value thirds side by side: [2 hidden, hidden].
+    key_value: Linear,
+    out: Linear,
+    norm: Norm,
+    up: Linear,
+    down: Linear,
+    activation: Activation,
+    heads: usize,
+}
+
+impl AttentionPool {
+    /// The head under `vb` (`head.*`).
+    pub fn load(vb: &VarBuilder, h: usize, ff: usize, heads: usize, eps: f64, activation: Activation) -> candle_core::Result<Self> {
+        let probe = vb.get((1, 1, h), "probe")?.flatten_all()?.to_vec1::<f32>()?;
+        let a = vb.pp("attention");
+        let weight = a.get((3 * h, h), "in_proj_weight")?.flatten_all()?.to_vec1::<f32>()?;
+        let bias = a.get(3 * h, "in_proj_bias")?.to_vec1::<f32>()?;
+        let query_proj = Linear::from_torch(weight[..h * h].to_vec(), Some(bias[..h].to_vec()), h, h)?;
+        let query = query_proj.apply(&probe);
+        Ok(AttentionPool {
+            query: query.into(),
+            key_value: Linear::from_torch(weight[h * h..].to_vec(), Some(bias[h..].to_vec()), 2 * h, h)?,
+            out: weights::torch_linear(&a.pp("out_proj"), h, h, true)?,
+            norm: weights::layer_norm(&vb.pp("layernorm"), h, eps, true)?,
+            up: weights::torch_linear(&vb.pp("mlp.fc1"), ff, h, true)?,
+            down: weights::torch_linear(&vb.pp("mlp.fc2"), h, ff, true)?,
+            activation,
+            heads,
+        })
+    }
+
+    /// The pooled row [sequences, hidden] of every sequence of `hidden` [tokens, hidden]
+    /// (sequence i at bounds[i]..bounds[i + 1]).
+    pub fn forward(&self, hidden: &[f32], bounds: &[usize]) -> candle_core::Result<Vec<f32>> {
+        let h = self.query.len();
+        let tokens = hidden.len() / h.max(1);
+        layers::lengths_of(bounds, tokens)?;
+        let kv = self.key_value.apply(hidden);
+        let d = h / self.heads;
+        let scale = 1.0 / (d as f32).sqrt();
+        let mut context = vec![0f32; (bounds.len() - 1) * h];
+        for (s, w) in bounds.windows(2).enumerate() {
+            if w[1] <= w[0] {
+                candle_core::bail!("an empty sequence has no pooled output");
+            }
+            for head in 0..self.heads {
+                let q = &self.query[head * d..(head + 1) * d];
+                let mut scores: Vec<f32> = (w[0]..w[1])
+                    .map(|t| q.iter().zip(&kv[t * 2 * h + head * d..][..d]).map(|(a, b)| a * b).sum::<f32>() * scale)
+                    .collect();
+                let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                scores.iter_mut().for_each(|x| *x = (*x - max).exp());
+                let sum: f32 = scores.iter().sum();
+                let out = &mut context[s * h + head * d..][..d];
+                for (t, p) in (w[0]..w[1]).zip(&scores) {
+                    let v = &kv[t * 2 * h + h + head * d..][..d];
+                    out.iter_mut().zip(v).for_each(|(o, v)| *o += p / sum * v);
+                }
+            }
+        }
+        let mut x = self.out.apply(&context);
+        let mut inner = x.clone();
+        self.norm.forward(&mut inner);
+        let mut inner = self.up.apply(&inner);
+        self.activation.apply(&mut inner);
+        let down = self.down.apply(&inner);
+        x.iter_mut().zip(&down).for_each(|(a, b)| *a += b);
+        Ok(x)
+    }
+}
+
+/// The vision tower, with its attention-pooling head when the checkpoint has one.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub struct Model {
+    embeddings: vision::Embeddings,
+    stack: layers::Stack,
+    head: Option<AttentionPool>,
+    hidden: usize,
+}
+
+/// The tower under `vb`: `vision_model.*` in a SiglipModel and a classification model (and
+/// in SiglipVisionModel as transformers 4 saved it), bare names as transformers 5 saves
+/// SiglipVisionModel.
+pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
+    check_heads(cfg.hidden_size, cfg.num_attention_heads)?;
+    let act = vision::activation("hidden_act", &cfg.hidden_act)?;
+    let h = cfg.hidden_size;
+    let t = if vb.contains_tensor("vision_model.embeddings.patch_embedding.weight") {
+        vb.pp("vision_model")
+    } else {
+        vb
+    };
+    let load = || -> candle_core::Result<Model> {
+        let names = EmbeddingNames {
+            cls: None,
+            patch: "embeddings.patch_embedding",
+            positions: "embeddings.position_embedding.weight",
+            patch_bias: true,
+        };
+        let shape = Shape {
+            hidden: h,
+            channels: cfg.num_channels,
+            image_size: cfg.image_size,
+            patch_size: cfg.patch_size,
+        };
+        let embeddings = vision::Embeddings::load(&t, &names, &shape, Grid::Fixed)?;
+        let eps = cfg.layer_norm_eps;
+        let stack = vision::pre_norm_stack(
+            &t,
+            &vision::CLIP_LAYERS,
+            &StackShape {
+                hidden: h,
+                heads: cfg.num_attention_heads,
+                intermediate: cfg.intermediate_size,
+                layers: cfg.num_hidden_layers,
+                eps,
+                qkv_bias: true,
+                activation: act,
+            },
+            Some(weights::layer_norm(&t.pp("post_layernorm"), h, eps, true)?),
+        )?;
+        let head = cfg
+            .vision_use_head
+            .then(|| AttentionPool::load(&t.pp("head"), h, cfg.intermediate_size, cfg.num_attention_heads, eps, act))
+            .transpose()?;
+        Ok(Model { embeddings, stack, head, hidden: h })
+    };
+    load().map_err(bad_weights)
+}
+
+impl Model {
+    /// The pooled width: the hidden size.
+    pub fn pooled_size(&self) -> usize {
+        self.hidden
+    }
+
+    /// Whether the tower has its attention-pooling head.
+    pub fn has_head(&self) -> bool {
+        self.head.is_some()
+    }
+}
+
+impl super::Config for Config {
+    fn hidden_size(&self) -> usize {
+        self.hidden_size
+    }
+    fn max_position_embeddings(&self) -> usize {
+        vision::trained_patches(self.image_size, self.patch_size)
+    }
+    fn vocab_size(&self) -> usize {
+        0
+    }
+    fn pad_token_id(&self) -> u32 {
+        0
+    }
+    /// `get_image_features`: the attention-pooling head; the mean of the tokens without it.
+    fn default_pooling(&self) -> PoolingMode {
+        if self.vision_use_head {
+            PoolingMode::Pooler
+        } else {
+            PoolingMode::Mean
+        }
+    }
+    fn modality(&self) -> Modality {
+        Modality::Image
+    }
+    fn load(&self, vb: VarBuilder) -> Result<Box<dyn super::Model>> {
+        Ok(Box::new(load(vb, self)?))
+    }
+    fn restore(&self, prepared: serde_json::Value) -> Result<Box<dyn super::Model>> {
+        super::restore::<Model>(prepared)
+    }
+}
+
+impl super::Model for Model {
+    /// last_hidden_state: the stack's output through `post_layernorm`.
+    fn forward(&self, batch: &Batch) -> candle_core::Result<Vec<f32>> {
+        vision::forward(&self.embeddings, None, &self.stack, batch)
+    }
+
+    fn pooler_size(&self) -> Option<usize> {
+        self.head.as_ref().map(|_| self.hidden)
+    }
+
+    /// pooler_output: the attention-pooling head over every token.
+    fn pooler(&self, hidden: &[f32], batch: &Batch) -> candle_core::Result<Option<Tensor>> {
+        let Some(head) = &self.head else { return Ok(None) };
+        let pooled = head.forward(hidden, batch.bounds)?;
+        Tensor::from_vec(pooled, (batch.len(), self.hidden), &candle_core::Device::Cpu).map(Some)
+    }
+
+    fn image_tokens(&self, height: usize, width: usize) -> std::result::Result<usize, String> {
+        self.embeddings.tokens(height, width)
+    }
+}

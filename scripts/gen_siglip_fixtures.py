@@ -1,0 +1,271 @@
+#!/usr/bin/env python3
+"""Generate tiny seeded random SigLIP towers with transformers' outputs.
+
+Usage:
+    HF_HUB_OFFLINE=1 python scripts/gen_siglip_fixtures.py --out tests/fixtures/siglip
+
+Writes, beside the image inputs of ``tests/fixtures/images/inputs`` (made by
+``scripts/gen_image_fixtures.py``, read here, not rewritten):
+
+- ``siglip/``: a ``SiglipModel`` (text and vision towers, the attention-pooling head,
+  ``logit_scale`` and ``logit_bias``) with a SentencePiece-style Unigram tokenizer and a
+  ``SiglipImageProcessor`` (PIL backend);
+- ``siglip_vision/`` and ``siglip_text/``: the same weights as ``SiglipVisionModel`` and
+  ``SiglipTextModel`` save them;
+- ``siglip_classify/``: a ``SiglipForImageClassification`` (mean of the vision tower's
+  tokens, then the classifier);
+- ``golden.json``: per model and input, transformers' outputs: ``get_image_features``'s
+  pooler output, the mean of the tower's last hidden state, the classifier's logits; per
+  text the processor's ids and mask (``padding="max_length"``, ``truncation=True``) and
+  ``get_text_features``; the zero-shot probabilities ``sigmoid(logits_per_image)`` of every
+  image against the label prompts.
+
+Everything is deterministic (run it twice and compare sha256 sums); nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import shutil
+import sys
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+os.environ["TOKENIZERS_PARALLELISM"] = "false"
+os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(HERE, f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+gif = _load("gen_image_fixtures")
+gbf = gif.gbf
+
+SEED = 61
+HIDDEN = 32
+TEXT_LENGTH = 16  # the text tower's positions: the processor pads every text to them
+LABELS = ["cat", "dog", "bird"]
+PROMPTS = ["a photo of a cat", "a photo of a dog", "a photo of a bird"]
+TEXTS = gif.TEXTS + [
+    "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen",
+]
+# The processor: a fixed 32x32 bicubic resize, no crop, the class's mean and std (0.5).
+PROCESSOR = dict(size={"height": 32, "width": 32}, resample=3, do_resize=True, do_rescale=True,
+                 do_normalize=True, do_convert_rgb=True)
+
+
+def siglip_config(vocab_size, pad_id, eos_id):
+    from transformers import SiglipConfig
+
+    text = dict(vocab_size=vocab_size, hidden_size=HIDDEN, intermediate_size=64, num_hidden_layers=2,
+                num_attention_heads=4, max_position_embeddings=TEXT_LENGTH, hidden_act="gelu_pytorch_tanh",
+                layer_norm_eps=1e-6, pad_token_id=pad_id, eos_token_id=eos_id)
+    vision = dict(image_size=32, patch_size=8, num_channels=3, hidden_size=HIDDEN, intermediate_size=64,
+                  num_hidden_layers=2, num_attention_heads=4, hidden_act="gelu_pytorch_tanh", layer_norm_eps=1e-6)
+    return SiglipConfig(text_config=text, vision_config=vision)
+
+
+def randomize(model, seed):
+    """gen_image_fixtures' seeded init, then SigLIP's temperature and bias at values that keep
+    the sigmoid away from 0 and 1 (the checkpoints train them to about log 10 and -10)."""
+    import torch
+
+    gif.randomize(model, seed)
+    with torch.no_grad():
+        if hasattr(model, "logit_scale"):
+            model.logit_scale.fill_(1.7)
+            model.logit_bias.fill_(-0.8)
+
+
+def build(out):
+    """Writes every model directory; returns {name: (model, kind)}."""
+    import torch
+    import transformers as tf
+
+    built = {}
+    d = os.path.join(out, "siglip")
+    os.makedirs(d)
+    vocab_size = gbf.build_tokenizer("unigram_t5", d)
+    tok = tf.AutoTokenizer.from_pretrained(d)
+    tok.model_max_length = TEXT_LENGTH
+    tok.save_pretrained(d)
+    torch.manual_seed(SEED)
+    model = tf.SiglipModel(siglip_config(vocab_size, tok.pad_token_id, tok.eos_token_id)).eval()
+    randomize(model, SEED)
+    model.save_pretrained(d, safe_serialization=True)
+    gif.image_processor("SiglipImageProcessorPil", PROCESSOR).save_pretrained(d)
+    built["siglip"] = (model, "siglip")
+
+    vision = tf.SiglipVisionModel(model.config.vision_config).eval()
+    vision.load_state_dict(model.vision_model.state_dict(), strict=True)
+    d = os.path.join(out, "siglip_vision")
+    vision.save_pretrained(d, safe_serialization=True)
+    gif.image_processor("SiglipImageProcessorPil", PROCESSOR).save_pretrained(d)
+    built["siglip_vision"] = (vision, "vision")
+
+    text = tf.SiglipTextModel(model.config.text_config).eval()
+    text.load_state_dict(model.text_model.state_dict(), strict=True)
+    d = os.path.join(out, "siglip_text")
+    text.save_pretrained(d, safe_serialization=True)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(out, "siglip", f), os.path.join(d, f))
+    built["siglip_text"] = (text, "text")
+
+    cfg = siglip_config(vocab_size, tok.pad_token_id, tok.eos_token_id)
+    cfg.num_labels = len(LABELS)
+    cfg.id2label = dict(enumerate(LABELS))
+    cfg.label2id = {v: k for k, v in enumerate(LABELS)}
+    torch.manual_seed(SEED + 1)
+    classify = tf.SiglipForImageClassification(cfg).eval()
+    gif.randomize(classify, SEED + 1)
+    d = os.path.join(out, "siglip_classify")
+    classify.save_pretrained(d, safe_serialization=True)
+    gif.image_processor("SiglipImageProcessorPil", PROCESSOR).save_pretrained(d)
+    built["siglip_classify"] = (classify, "classify")
+    for name in built:
+        gif.chmod_tree(os.path.join(out, name))
+    return built
+
+
+def text_rows(model, tokenizer, get):
+    import torch
+
+    rows = []
+    for text in TEXTS:
+        enc = tokenizer([text], padding="max_length", truncation=True, max_length=TEXT_LENGTH, return_tensors="pt")
+        with torch.inference_mode():
+            out = get(enc)
+        rows.append({"text": text, "ids": enc["input_ids"][0].tolist(),
+                     "attention_mask": enc["attention_mask"][0].tolist(), "text_embeds": gif.f32(out[0])})
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default="tests/fixtures/siglip")
+    ap.add_argument("--inputs", default="tests/fixtures/images/inputs")
+    args = ap.parse_args()
+
+    import logging
+    import warnings
+
+    import numpy as np
+    import PIL
+    import torch
+    import transformers
+    from PIL import Image
+    from safetensors.torch import save_file
+    from transformers import AutoImageProcessor, AutoTokenizer
+
+    transformers.logging.set_verbosity_error()
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore")
+    torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(1)
+
+    out = os.path.abspath(args.out)
+    inputs_dir = os.path.abspath(args.inputs)
+    if os.path.isdir(out):
+        shutil.rmtree(out)
+    os.makedirs(out)
+    built = build(out)
+    names = sorted(f for f in os.listdir(inputs_dir) if f not in gif.BAD_INPUTS)
+
+    proc = AutoImageProcessor.from_pretrained(os.path.join(out, "siglip"), backend="pil")
+    if type(proc).__name__ != "SiglipImageProcessorPil":
+        raise SystemExit(f"processor {type(proc).__name__}")
+    processed = gif.process_images("siglip", proc, inputs_dir, names)
+    pixels = {}
+    models_out = {}
+    reloaded = {name: type(m).from_pretrained(os.path.join(out, name)).eval() for name, (m, _) in built.items()}
+    tokenizer = AutoTokenizer.from_pretrained(os.path.join(out, "siglip"))
+
+    for name, (_, kind) in built.items():
+        model = reloaded[name]
+        entry = {"class": type(model).__name__}
+        if kind != "text":
+            entry["processor"] = type(proc).__name__
+            images = {}
+            for fname in names:
+                r = processed[fname]
+                if "error" in r:
+                    images[fname] = {"error": r["error"]}
+                    continue
+                pixels[fname] = r["pixels"]
+                x = r["pixels"].unsqueeze(0)
+                rec = {"pixel_shape": list(r["pixels"].shape), "resize_to": r["resize_to"]}
+                with torch.inference_mode():
+                    if kind == "classify":
+                        rec["logits"] = gif.f32(model(pixel_values=x).logits[0])
+                    else:
+                        o = model.get_image_features(pixel_values=x) if kind == "siglip" else model(pixel_values=x)
+                        rec["image_embeds"] = gif.f32(o.pooler_output[0])
+                        rec["mean"] = gif.f32(o.last_hidden_state[0].mean(0))
+                images[fname] = rec
+            entry["images"] = images
+        if kind == "classify":
+            entry["id2label"] = {str(k): v for k, v in model.config.id2label.items()}
+        if kind == "siglip":
+            entry["texts"] = text_rows(model, tokenizer, lambda enc: model.get_text_features(**enc).pooler_output)
+            entry["logit_scale"] = float(model.logit_scale.item())
+            entry["logit_bias"] = float(model.logit_bias.item())
+            enc = tokenizer(PROMPTS, padding="max_length", truncation=True, max_length=TEXT_LENGTH,
+                            return_tensors="pt")
+            zero_shot = {}
+            for fname in names:
+                if "error" in processed[fname]:
+                    continue
+                with torch.inference_mode():
+                    o = model(pixel_values=processed[fname]["pixels"].unsqueeze(0), **enc)
+                zero_shot[fname] = gif.f32(torch.sigmoid(o.logits_per_image[0]))
+            entry["zero_shot"] = {"labels": LABELS, "prompts": PROMPTS, "probabilities": zero_shot}
+        if kind == "text":
+            entry["texts"] = text_rows(model, tokenizer, lambda enc: model(**enc).pooler_output)
+        models_out[name] = entry
+
+    # The towers saved alone give the full model's features.
+    full = models_out["siglip"]
+    for fname, rec in models_out["siglip_vision"]["images"].items():
+        if "error" not in rec and rec["image_embeds"] != full["images"][fname]["image_embeds"]:
+            raise SystemExit(f"{fname}: siglip_vision differs from siglip")
+    for a, b in zip(models_out["siglip_text"]["texts"], full["texts"]):
+        if a["ids"] != b["ids"] or not np.allclose(a["text_embeds"], b["text_embeds"], atol=1e-6):
+            raise SystemExit(f"{a['text']!r}: siglip_text differs from siglip")
+
+    st_path = os.path.join(out, "pixels.safetensors")
+    save_file({k: pixels[k].contiguous() for k in sorted(pixels)}, st_path, metadata={"format": "pt"})
+    doc = {
+        "versions": {"script": "scripts/gen_siglip_fixtures.py", "python": sys.version.split()[0],
+                     "transformers": transformers.__version__, "torch": torch.__version__,
+                     "numpy": np.__version__, "pillow": PIL.__version__},
+        "notes": {
+            "texts": f"tokenizer(text, padding='max_length', truncation=True, max_length={TEXT_LENGTH}) as "
+                     "SiglipProcessor passes it, then get_text_features(**inputs).pooler_output (the attention "
+                     "mask included)",
+            "images": "AutoImageProcessor(backend='pil') pixel_values of Image.open(path); image_embeds: "
+                      "get_image_features(...).pooler_output (the attention-pooling head); mean: the mean of "
+                      "last_hidden_state; pixels.safetensors holds every input's pixel_values",
+            "zero_shot": "sigmoid(SiglipModel(pixel_values, **tokenizer(prompts)).logits_per_image): "
+                         "sigmoid(exp(logit_scale) * cos(image, text) + logit_bias)",
+        },
+        "models": models_out,
+    }
+    text = gif.render(doc) + "\n"
+    with open(os.path.join(out, "golden.json"), "w", encoding="utf-8", newline="\n") as fh:
+        fh.write(text)
+    gif.chmod_tree(out)
+    print(f"total {gif.dir_size(out)} bytes", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
