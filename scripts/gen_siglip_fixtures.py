@@ -14,6 +14,10 @@ Writes, beside the image inputs of ``tests/fixtures/images/inputs`` (made by
   ``SiglipTextModel`` save them;
 - ``siglip_classify/``: a ``SiglipForImageClassification`` (mean of the vision tower's
   tokens, then the classifier);
+- ``siglip2/``, ``siglip2_vision/`` and ``siglip2_classify/``: the same for SigLIP 2's NaFlex
+  classes (``Siglip2Model``, ``Siglip2VisionModel``, ``Siglip2ForImageClassification``) with a ``Siglip2ImageProcessor``
+  (each image resized to at most ``max_num_patches`` patches at its aspect ratio); the
+  position table (a 4x4 grid) is resized to every image's grid;
 - ``golden.json``: per model and input, transformers' outputs: ``get_image_features``'s
   pooler output, the mean of the tower's last hidden state, the classifier's logits; per
   text the processor's ids and mask (``padding="max_length"``, ``truncation=True``) and
@@ -61,6 +65,9 @@ TEXTS = gif.TEXTS + [
 # The processor: a fixed 32x32 bicubic resize, no crop, the class's mean and std (0.5).
 PROCESSOR = dict(size={"height": 32, "width": 32}, resample=3, do_resize=True, do_rescale=True,
                  do_normalize=True, do_convert_rgb=True)
+# NaFlex: 8x8 patches, at most 20 of them (grids from 1x20 to 5x4 among the inputs).
+PROCESSOR2 = dict(patch_size=8, max_num_patches=20, resample=2, do_rescale=True, do_normalize=True,
+                  do_convert_rgb=True)
 
 
 def siglip_config(vocab_size, pad_id, eos_id):
@@ -72,6 +79,17 @@ def siglip_config(vocab_size, pad_id, eos_id):
     vision = dict(image_size=32, patch_size=8, num_channels=3, hidden_size=HIDDEN, intermediate_size=64,
                   num_hidden_layers=2, num_attention_heads=4, hidden_act="gelu_pytorch_tanh", layer_norm_eps=1e-6)
     return SiglipConfig(text_config=text, vision_config=vision)
+
+
+def siglip2_config(vocab_size, pad_id, eos_id):
+    from transformers import Siglip2Config
+
+    text = dict(vocab_size=vocab_size, hidden_size=HIDDEN, intermediate_size=64, num_hidden_layers=2,
+                num_attention_heads=4, max_position_embeddings=TEXT_LENGTH, hidden_act="gelu_pytorch_tanh",
+                layer_norm_eps=1e-6, pad_token_id=pad_id, eos_token_id=eos_id)
+    vision = dict(num_patches=16, patch_size=8, num_channels=3, hidden_size=HIDDEN, intermediate_size=64,
+                  num_hidden_layers=2, num_attention_heads=4, hidden_act="gelu_pytorch_tanh", layer_norm_eps=1e-6)
+    return Siglip2Config(text_config=text, vision_config=vision)
 
 
 def randomize(model, seed):
@@ -131,9 +149,67 @@ def build(out):
     classify.save_pretrained(d, safe_serialization=True)
     gif.image_processor("SiglipImageProcessorPil", PROCESSOR).save_pretrained(d)
     built["siglip_classify"] = (classify, "classify")
+
+    d = os.path.join(out, "siglip2")
+    os.makedirs(d)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(out, "siglip", f), os.path.join(d, f))
+    torch.manual_seed(SEED + 2)
+    model2 = tf.Siglip2Model(siglip2_config(vocab_size, tok.pad_token_id, tok.eos_token_id)).eval()
+    randomize(model2, SEED + 2)
+    model2.save_pretrained(d, safe_serialization=True)
+    gif.image_processor("Siglip2ImageProcessorPil", PROCESSOR2).save_pretrained(d)
+    built["siglip2"] = (model2, "siglip")
+
+    vision2 = tf.Siglip2VisionModel(model2.config.vision_config).eval()
+    vision2.load_state_dict(model2.vision_model.state_dict(), strict=True)
+    d = os.path.join(out, "siglip2_vision")
+    vision2.save_pretrained(d, safe_serialization=True)
+    gif.image_processor("Siglip2ImageProcessorPil", PROCESSOR2).save_pretrained(d)
+    built["siglip2_vision"] = (vision2, "vision")
+
+    cfg = siglip2_config(vocab_size, tok.pad_token_id, tok.eos_token_id)
+    cfg.num_labels = len(LABELS)
+    cfg.id2label = dict(enumerate(LABELS))
+    cfg.label2id = {v: k for k, v in enumerate(LABELS)}
+    torch.manual_seed(SEED + 3)
+    classify2 = tf.Siglip2ForImageClassification(cfg).eval()
+    gif.randomize(classify2, SEED + 3)
+    d = os.path.join(out, "siglip2_classify")
+    classify2.save_pretrained(d, safe_serialization=True)
+    gif.image_processor("Siglip2ImageProcessorPil", PROCESSOR2).save_pretrained(d)
+    built["siglip2_classify"] = (classify2, "classify")
     for name in built:
         gif.chmod_tree(os.path.join(out, name))
     return built
+
+
+def process(proc, inputs_dir, names):
+    """Per input the processor's model inputs and its pixels as an image [3, H, W]: SigLIP's
+    pixel_values, or SigLIP 2's patches put back in place (the padding dropped)."""
+    import torch
+    from PIL import Image
+
+    out = {}
+    for fname in names:
+        try:
+            inputs = dict(proc(Image.open(os.path.join(inputs_dir, fname)), return_tensors="pt"))
+        except Exception as e:  # noqa: BLE001 - recorded
+            out[fname] = {"error": f"{type(e).__name__}: {e}".replace(inputs_dir + os.sep, "")}
+            continue
+        if "spatial_shapes" in inputs:
+            rows, cols = (int(v) for v in inputs["spatial_shapes"][0])
+            p = proc.patch_size
+            patches = inputs["pixel_values"][0][: rows * cols]
+            if int(inputs["pixel_attention_mask"][0].sum()) != rows * cols:
+                raise SystemExit(f"{fname}: mask and spatial_shapes disagree")
+            image = patches.reshape(rows, cols, p, p, 3).permute(4, 0, 2, 1, 3).reshape(3, rows * p, cols * p)
+        else:
+            image = inputs["pixel_values"][0]
+        if image.dtype != torch.float32:
+            raise SystemExit(f"{fname}: {image.dtype}")
+        out[fname] = {"inputs": inputs, "pixels": image.contiguous()}
+    return out
 
 
 def text_rows(model, tokenizer, get):
@@ -180,10 +256,12 @@ def main() -> int:
     built = build(out)
     names = sorted(f for f in os.listdir(inputs_dir) if f not in gif.BAD_INPUTS)
 
-    proc = AutoImageProcessor.from_pretrained(os.path.join(out, "siglip"), backend="pil")
-    if type(proc).__name__ != "SiglipImageProcessorPil":
-        raise SystemExit(f"processor {type(proc).__name__}")
-    processed = gif.process_images("siglip", proc, inputs_dir, names)
+    processors = {}
+    for family, proc_name in (("siglip", "SiglipImageProcessorPil"), ("siglip2", "Siglip2ImageProcessorPil")):
+        proc = AutoImageProcessor.from_pretrained(os.path.join(out, family), backend="pil")
+        if type(proc).__name__ != proc_name:
+            raise SystemExit(f"processor {type(proc).__name__}")
+        processors[family] = (proc, process(proc, inputs_dir, names))
     pixels = {}
     models_out = {}
     reloaded = {name: type(m).from_pretrained(os.path.join(out, name)).eval() for name, (m, _) in built.items()}
@@ -192,24 +270,28 @@ def main() -> int:
     for name, (_, kind) in built.items():
         model = reloaded[name]
         entry = {"class": type(model).__name__}
+        family = "siglip2" if name.startswith("siglip2") else "siglip"
+        proc, processed = processors[family]
         if kind != "text":
             entry["processor"] = type(proc).__name__
+            entry["pixels_key"] = family
             images = {}
             for fname in names:
                 r = processed[fname]
                 if "error" in r:
                     images[fname] = {"error": r["error"]}
                     continue
-                pixels[fname] = r["pixels"]
-                x = r["pixels"].unsqueeze(0)
-                rec = {"pixel_shape": list(r["pixels"].shape), "resize_to": r["resize_to"]}
+                pixels[f"{family}/{fname}"] = r["pixels"]
+                x = r["inputs"]
+                rec = {"pixel_shape": list(r["pixels"].shape)}
                 with torch.inference_mode():
                     if kind == "classify":
-                        rec["logits"] = gif.f32(model(pixel_values=x).logits[0])
+                        rec["logits"] = gif.f32(model(**x).logits[0])
                     else:
-                        o = model.get_image_features(pixel_values=x) if kind == "siglip" else model(pixel_values=x)
+                        o = model.get_image_features(**x) if kind == "siglip" else model(**x)
                         rec["image_embeds"] = gif.f32(o.pooler_output[0])
-                        rec["mean"] = gif.f32(o.last_hidden_state[0].mean(0))
+                        real = x["pixel_attention_mask"][0].bool() if "pixel_attention_mask" in x else slice(None)
+                        rec["mean"] = gif.f32(o.last_hidden_state[0][real].mean(0))
                 images[fname] = rec
             entry["images"] = images
         if kind == "classify":
@@ -225,7 +307,7 @@ def main() -> int:
                 if "error" in processed[fname]:
                     continue
                 with torch.inference_mode():
-                    o = model(pixel_values=processed[fname]["pixels"].unsqueeze(0), **enc)
+                    o = model(**processed[fname]["inputs"], **enc)
                 zero_shot[fname] = gif.f32(torch.sigmoid(o.logits_per_image[0]))
             entry["zero_shot"] = {"labels": LABELS, "prompts": PROMPTS, "probabilities": zero_shot}
         if kind == "text":
@@ -233,6 +315,9 @@ def main() -> int:
         models_out[name] = entry
 
     # The towers saved alone give the full model's features.
+    for fname, rec in models_out["siglip2"]["images"].items():
+        if "error" not in rec and rec["pixel_shape"][1] * rec["pixel_shape"][2] > 8 * 8 * PROCESSOR2["max_num_patches"]:
+            raise SystemExit(f"{fname}: more patches than max_num_patches")
     full = models_out["siglip"]
     for fname, rec in models_out["siglip_vision"]["images"].items():
         if "error" not in rec and rec["image_embeds"] != full["images"][fname]["image_embeds"]:
@@ -251,9 +336,10 @@ def main() -> int:
             "texts": f"tokenizer(text, padding='max_length', truncation=True, max_length={TEXT_LENGTH}) as "
                      "SiglipProcessor passes it, then get_text_features(**inputs).pooler_output (the attention "
                      "mask included)",
-            "images": "AutoImageProcessor(backend='pil') pixel_values of Image.open(path); image_embeds: "
-                      "get_image_features(...).pooler_output (the attention-pooling head); mean: the mean of "
-                      "last_hidden_state; pixels.safetensors holds every input's pixel_values",
+            "images": "AutoImageProcessor(backend='pil') inputs of Image.open(path); image_embeds: "
+                      "get_image_features(**inputs).pooler_output (the attention-pooling head); mean: the mean of "
+                      "last_hidden_state (SigLIP 2: over the unmasked patches); pixels.safetensors holds every "
+                      "input's pixels as '<pixels_key>/<file>', [3, H, W] (SigLIP 2's patches put back in place)",
             "zero_shot": "sigmoid(SiglipModel(pixel_values, **tokenizer(prompts)).logits_per_image): "
                          "sigmoid(exp(logit_scale) * cos(image, text) + logit_bias)",
         },

@@ -108,10 +108,16 @@ const HEADS: &[HeadRow] = &[
         model_types: &["vit"],
         layout: |_| Ok((Pool::First, None, None, "classifier")),
     },
-    // SigLIP: the classifier on the mean of the vision tower's layernormed tokens.
+    // SigLIP and SigLIP 2: the classifier on the mean of the vision tower's layernormed
+    // tokens (SigLIP 2's mean is over the image's own patches, its padding masked).
     HeadRow {
         architecture: "SiglipForImageClassification",
         model_types: &["siglip"],
+        layout: |_| Ok((Pool::Mean, None, None, "classifier")),
+    },
+    HeadRow {
+        architecture: "Siglip2ForImageClassification",
+        model_types: &["siglip2"],
         layout: |_| Ok((Pool::Mean, None, None, "classifier")),
     },
     HeadRow {
@@ -293,7 +299,7 @@ DebertaV2ForSequenceClassification, DistilBertForSequenceClassification, Electra
 EuroBertForSequenceClassification, GPT2ForSequenceClassification, Gemma2ForSequenceClassification, \
 GteForSequenceClassification, JinaEmbeddingsV3ForSequenceClassification, LlamaForSequenceClassification, \
 MistralForSequenceClassification, ModernBertForSequenceClassification, Qwen2ForSequenceClassification, \
-Qwen3ForSequenceClassification, RobertaForSequenceClassification, SiglipForImageClassification, ViTForImageClassification, \
+Qwen3ForSequenceClassification, RobertaForSequenceClassification, Siglip2ForImageClassification, SiglipForImageClassification, ViTForImageClassification, \
 XLMRobertaForSequenceClassification, XLNetForSequenceClassification";
 
 /// Which token states a head reads.

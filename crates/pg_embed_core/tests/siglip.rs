@@ -1,5 +1,6 @@
 //! SigLIP against transformers: tiny seeded random SiglipModel, SiglipVisionModel,
-//! SiglipTextModel and SiglipForImageClassification from scripts/gen_siglip_fixtures.py.
+//! SiglipTextModel, SiglipForImageClassification and SigLIP 2's NaFlex Siglip2Model and
+//! Siglip2ForImageClassification from scripts/gen_siglip_fixtures.py.
 //! The towers are checked on the image processor's own `pixel_values`
 //! (pixels.safetensors), then end to end from the image files of tests/fixtures/images;
 //! the text tower on the processor's ids (padded to max_length, with its attention mask),
@@ -25,6 +26,8 @@ struct Golden {
 #[derive(Deserialize)]
 struct Model {
     #[serde(default)]
+    pixels_key: Option<String>,
+    #[serde(default)]
     images: BTreeMap<String, Image>,
     #[serde(default)]
     texts: Vec<Text>,
@@ -40,6 +43,8 @@ struct Model {
 struct Image {
     #[serde(default)]
     error: Option<String>,
+    #[serde(default)]
+    pixel_shape: Option<[usize; 3]>,
     #[serde(default)]
     image_embeds: Option<Vec<f32>>,
     #[serde(default)]
@@ -92,10 +97,11 @@ fn load(name: &str, options: serde_json::Value) -> Pipeline {
 fn check_pixels(model: &str, pipeline: &Pipeline, want: impl Fn(&Image) -> Option<Vec<f32>>, classify: bool) -> f32 {
     let golden = golden();
     let all = pixels();
+    let key = golden.models[model].pixels_key.clone().expect("pixels_key");
     let run = |px: &[Pixels]| if classify { pipeline.classify_pixels(px) } else { pipeline.embed_pixels(px) }.unwrap();
     let (mut worst, mut batch, mut wants) = (0f32, Vec::new(), Vec::new());
     for (file, image) in &golden.models[model].images {
-        let (Some(px), Some(w)) = (all.get(file), want(image)) else { continue };
+        let (Some(px), Some(w)) = (all.get(&format!("{key}/{file}")), want(image)) else { continue };
         let got = run(std::slice::from_ref(px));
         worst = worst.max(assert_close(&got[0], &w, &format!("{model} {file}")));
         batch.push(px.clone());
@@ -121,10 +127,52 @@ fn image_features_through_the_attention_pooling_head() {
     check_pixels("siglip_vision", &mean, |i| i.mean.clone(), false);
 }
 
+/// NaFlex: every image at its own patch grid (4x4, 4x5, 6x3, 1x20, 20x1 here), the
+/// position table resized to each.
+#[test]
+fn siglip2_naflex_images_at_their_own_grids() {
+    let p = load("siglip2", serde_json::json!({}));
+    assert_eq!(p.modality(), Modality::Both);
+    check_pixels("siglip2", &p, |i| i.image_embeds.clone(), false);
+    check_pixels("siglip2_vision", &load("siglip2_vision", serde_json::json!({})), |i| i.image_embeds.clone(), false);
+    let mean = load("siglip2_vision", serde_json::json!({"pooling": "mean"}));
+    check_pixels("siglip2_vision", &mean, |i| i.mean.clone(), false);
+    let golden = golden();
+    let grids: std::collections::BTreeSet<[usize; 3]> =
+        golden.models["siglip2"].images.values().filter_map(|i| i.pixel_shape).collect();
+    assert!(grids.len() >= 5, "{grids:?}");
+    check_pixels("siglip2_classify", &load("siglip2_classify", serde_json::json!({})), |i| i.logits.clone(), true);
+}
+
+/// The image processors give transformers' pixels for every file that is not a JPEG (JPEG
+/// decoders differ by a few steps of 255; tests/processor.rs).
+#[test]
+fn processors_give_transformers_pixels() {
+    let golden = golden();
+    let all = pixels();
+    let inputs = root().join("tests/fixtures/images/inputs");
+    for model in ["siglip", "siglip2"] {
+        let p = load(model, serde_json::json!({}));
+        let mut checked = 0;
+        for (file, image) in &golden.models[model].images {
+            let Some(want) = all.get(&format!("{model}/{file}")) else { continue };
+            let got = p.preprocess_image(&std::fs::read(inputs.join(file)).unwrap(), 1 << 26).unwrap();
+            assert_eq!((got.height, got.width), (want.height, want.width), "{model} {file}");
+            assert_eq!(image.pixel_shape, Some([3, want.height, want.width]));
+            if !file.ends_with(".jpg") {
+                let diff = max_abs_diff(&got.data, &want.data);
+                assert!(diff <= 1e-6, "{model} {file}: pixels differ by {diff}");
+            }
+            checked += 1;
+        }
+        assert!(checked >= 15, "{model}: {checked}");
+    }
+}
+
 #[test]
 fn text_features_read_the_last_padding_position() {
     let golden = golden();
-    for name in ["siglip", "siglip_text"] {
+    for name in ["siglip", "siglip_text", "siglip2"] {
         let p = load(name, serde_json::json!({}));
         let texts = &golden.models[name].texts;
         assert!(texts.iter().any(|t| t.text.is_empty()), "the empty text is a case");
@@ -157,9 +205,15 @@ fn classification_reads_the_mean_of_the_tokens() {
 /// cos(image, text) + logit_bias), with the constants from model_info.
 #[test]
 fn zero_shot_probabilities_from_the_recipe() {
+    for model in ["siglip", "siglip2"] {
+        zero_shot(model);
+    }
+}
+
+fn zero_shot(model: &str) {
     let golden = golden();
-    let fx = &golden.models["siglip"];
-    let p = load("siglip", serde_json::json!({}));
+    let fx = &golden.models[model];
+    let p = load(model, serde_json::json!({}));
     let info = p.info().zero_shot.clone().expect("model_info has the zero-shot constants");
     let (scale, bias) = (info["logit_scale"].as_f64().unwrap() as f32, info["logit_bias"].as_f64().unwrap() as f32);
     assert_eq!((scale, bias), (fx.logit_scale.unwrap(), fx.logit_bias.unwrap()));
@@ -169,7 +223,7 @@ fn zero_shot_probabilities_from_the_recipe() {
     let all = pixels();
     let mut worst = 0f32;
     for (file, want) in &zero_shot.probabilities {
-        let image = &p.embed_pixels(std::slice::from_ref(&all[file])).unwrap()[0];
+        let image = &p.embed_pixels(std::slice::from_ref(&all[&format!("{model}/{file}")])).unwrap()[0];
         for (text, w) in texts.iter().zip(want) {
             let logit = scale.exp() * cosine(image, text) + bias;
             let got = 1.0 / (1.0 + (-logit).exp());
@@ -178,7 +232,7 @@ fn zero_shot_probabilities_from_the_recipe() {
         }
     }
     assert!(zero_shot.probabilities.len() >= 10);
-    eprintln!("zero-shot: max abs diff {worst:.2e}");
+    eprintln!("{model} zero-shot: max abs diff {worst:.2e}");
 }
 
 /// File -> vector for every input: non-JPEGs exactly (the processor gives transformers'
@@ -187,7 +241,7 @@ fn zero_shot_probabilities_from_the_recipe() {
 fn end_to_end_from_image_files() {
     let golden = golden();
     let inputs = root().join("tests/fixtures/images/inputs");
-    for (model, classify) in [("siglip", false), ("siglip_classify", true)] {
+    for (model, classify) in [("siglip", false), ("siglip_classify", true), ("siglip2", false), ("siglip2_classify", true)] {
         let p = load(model, serde_json::json!({}));
         let mut files = 0;
         for (file, image) in &golden.models[model].images {

@@ -38,6 +38,7 @@ pub mod qwen2;
 pub mod qwen3;
 pub mod roberta;
 pub mod siglip;
+pub mod siglip2_vision;
 pub mod siglip_text;
 pub mod siglip_vision;
 pub mod static_embedding;
@@ -281,7 +282,10 @@ pub const ARCHITECTURES: &[Architecture] = &[
     Architecture { model_type: "qwen2", parse: parse_as::<qwen2::Config> },
     Architecture { model_type: "qwen3", parse: parse_as::<qwen3::Config> },
     Architecture { model_type: "roberta", parse: parse_as::<roberta::Config> },
-    Architecture { model_type: "siglip", parse: parse_as::<siglip::Config> },
+    Architecture { model_type: "siglip", parse: parse_as::<siglip::Config<siglip_vision::Config>> },
+    Architecture { model_type: "siglip2", parse: parse_as::<siglip::Config<siglip2_vision::Config>> },
+    Architecture { model_type: "siglip2_text_model", parse: parse_as::<siglip_text::Config> },
+    Architecture { model_type: "siglip2_vision_model", parse: parse_as::<siglip2_vision::Config> },
     Architecture { model_type: "siglip_text_model", parse: parse_as::<siglip_text::Config> },
     Architecture { model_type: "siglip_vision_model", parse: parse_as::<siglip_vision::Config> },
     Architecture { model_type: "t5", parse: parse_as::<t5::Config> },

@@ -1,27 +1,49 @@
-//! SigLIP (SiglipModel, and SigLIP 2's fixed-resolution checkpoints, which use the same
-//! classes): a text tower and a vision tower trained with a sigmoid loss into one space.
-//! `embed` runs the text tower (`get_text_features`), `embed_image` the vision tower
-//! (`get_image_features`). The same `model_type` serves SiglipForImageClassification: the
-//! vision tower only, whose classifier reads the mean of its tokens.
+//! SigLIP and SigLIP 2 (SiglipModel, which SigLIP 2's fixed-resolution checkpoints use too,
+//! and Siglip2Model, the NaFlex ones): a text tower and a vision tower trained with a
+//! sigmoid loss into one space. `embed` runs the text tower (`get_text_features`),
+//! `embed_image` the vision tower (`get_image_features`). The same `model_type`s serve
+//! Siglip(2)ForImageClassification: the vision tower only, whose classifier reads the mean
+//! of its tokens. The two differ in their vision tower only: [`VisionConfig`].
 
 use candle_core::Tensor;
 use candle_nn::VarBuilder;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::encoder::bad_weights;
-use super::{siglip_text, siglip_vision, Batch, Modality};
+use super::{siglip2_vision, siglip_text, siglip_vision, Batch, Modality};
 use crate::error::{Error, Result};
 use crate::pooling::PoolingMode;
 
+/// A vision tower's config: SiglipVisionConfig (fixed size) or Siglip2VisionConfig (NaFlex).
+pub trait VisionConfig: super::Config + Clone + std::fmt::Debug + Serialize + DeserializeOwned + 'static {
+    type Tower: super::Model + Serialize + DeserializeOwned + 'static;
+    fn load_tower(&self, vb: VarBuilder) -> Result<Self::Tower>;
+}
+
+impl VisionConfig for siglip_vision::Config {
+    type Tower = siglip_vision::Model;
+    fn load_tower(&self, vb: VarBuilder) -> Result<Self::Tower> {
+        siglip_vision::load(vb, self)
+    }
+}
+
+impl VisionConfig for siglip2_vision::Config {
+    type Tower = siglip2_vision::Model;
+    fn load_tower(&self, vb: VarBuilder) -> Result<Self::Tower> {
+        siglip2_vision::load(vb, self)
+    }
+}
+
 /// `transformers.SiglipConfig`
-/// (https://huggingface.co/docs/transformers/model_doc/siglip#transformers.SiglipConfig):
-/// the two towers' configs; `architectures` tells a classification checkpoint (no text
-/// tower) from the dual encoder.
+/// (https://huggingface.co/docs/transformers/model_doc/siglip#transformers.SiglipConfig) and
+/// `Siglip2Config`: the two towers' configs; `architectures` tells a classification
+/// checkpoint (no text tower) from the dual encoder.
 #[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(try_from = "Raw")]
-pub struct Config {
+#[serde(try_from = "Raw", bound(deserialize = "V: DeserializeOwned"))]
+pub struct Config<V> {
     pub text_config: siglip_text::Config,
-    pub vision_config: siglip_vision::Config,
+    pub vision_config: V,
     pub architectures: Vec<String>,
 }
 
@@ -36,7 +58,7 @@ struct Raw {
     architectures: Vec<String>,
 }
 
-impl TryFrom<Raw> for Config {
+impl<V: DeserializeOwned> TryFrom<Raw> for Config<V> {
     type Error = String;
 
     fn try_from(raw: Raw) -> std::result::Result<Self, String> {
@@ -48,34 +70,34 @@ impl TryFrom<Raw> for Config {
     }
 }
 
-impl Config {
-    /// SiglipForImageClassification: the vision tower and a classifier, no text tower.
+impl<V> Config<V> {
+    /// Siglip(2)ForImageClassification: the vision tower and a classifier, no text tower.
     fn image_only(&self) -> bool {
-        self.architectures.iter().any(|a| a == "SiglipForImageClassification")
+        self.architectures.iter().any(|a| a.ends_with("ForImageClassification"))
     }
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]
-pub struct Model {
+pub struct Model<T> {
     text: Option<siglip_text::Model>,
-    vision: siglip_vision::Model,
+    vision: T,
     /// `logit_scale` (the log of the temperature, as stored) and `logit_bias`.
     sigmoid_logits: Option<(f32, f32)>,
 }
 
-pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
-    let vision = siglip_vision::load(vb.clone(), &cfg.vision_config)?;
+pub fn load<V: VisionConfig>(vb: VarBuilder, cfg: &Config<V>) -> Result<Model<V::Tower>> {
+    let vision = cfg.vision_config.load_tower(vb.clone())?;
     if cfg.image_only() {
         return Ok(Model { text: None, vision, sigmoid_logits: None });
     }
     let text = siglip_text::load(vb.clone(), &cfg.text_config)?;
-    if !vision.has_head() || text.pooled_size() != vision.pooled_size() {
+    let image_size = super::Model::pooler_size(&vision);
+    if image_size != Some(text.pooled_size()) {
         return Err(Error::invalid_file(
             "model.safetensors",
             format!(
-                "the text tower's output ({}) and the vision tower's ({}) differ, or the vision tower has no attention-pooling head",
-                text.pooled_size(),
-                vision.pooled_size()
+                "the text tower's output ({}) and the vision tower's attention-pooling head ({image_size:?}) differ",
+                text.pooled_size()
             ),
         ));
     }
@@ -88,17 +110,17 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
     Ok(Model { text: Some(text), vision, sigmoid_logits })
 }
 
-impl super::Config for Config {
+impl<V: VisionConfig> super::Config for Config<V> {
     fn hidden_size(&self) -> usize {
         if self.image_only() {
-            self.vision_config.hidden_size
+            self.vision_config.hidden_size()
         } else {
             self.text_config.hidden_size
         }
     }
     fn max_position_embeddings(&self) -> usize {
         if self.image_only() {
-            super::Config::max_position_embeddings(&self.vision_config)
+            self.vision_config.max_position_embeddings()
         } else {
             self.text_config.max_position_embeddings
         }
@@ -131,17 +153,17 @@ impl super::Config for Config {
         Ok(Box::new(load(vb, self)?))
     }
     fn restore(&self, prepared: serde_json::Value) -> Result<Box<dyn super::Model>> {
-        super::restore::<Model>(prepared)
+        super::restore::<Model<V::Tower>>(prepared)
     }
 }
 
-impl Model {
+impl<T> Model<T> {
     fn text(&self) -> candle_core::Result<&siglip_text::Model> {
         self.text.as_ref().ok_or_else(|| candle_core::Error::Msg("this model takes images, not text".into()))
     }
 }
 
-impl super::Model for Model {
+impl<T: super::Model + Serialize> super::Model for Model<T> {
     fn forward(&self, batch: &Batch) -> candle_core::Result<Vec<f32>> {
         if batch.is_image() {
             self.vision.forward(batch)

@@ -156,6 +156,14 @@ impl AttentionPool {
     }
 }
 
+/// `pooler_output` of a tower with or without its head: [sequences, hidden] from the
+/// tower's hidden states, or None.
+pub fn pooled(head: Option<&AttentionPool>, hidden: &[f32], batch: &Batch) -> candle_core::Result<Option<Tensor>> {
+    let Some(head) = head else { return Ok(None) };
+    let width = head.query.len();
+    Tensor::from_vec(head.forward(hidden, batch.bounds)?, (batch.len(), width), &candle_core::Device::Cpu).map(Some)
+}
+
 /// The vision tower, with its attention-pooling head when the checkpoint has one.
 #[derive(serde::Serialize, serde::Deserialize)]
 pub struct Model {
@@ -215,18 +223,6 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
     load().map_err(bad_weights)
 }
 
-impl Model {
-    /// The pooled width: the hidden size.
-    pub fn pooled_size(&self) -> usize {
-        self.hidden
-    }
-
-    /// Whether the tower has its attention-pooling head.
-    pub fn has_head(&self) -> bool {
-        self.head.is_some()
-    }
-}
-
 impl super::Config for Config {
     fn hidden_size(&self) -> usize {
         self.hidden_size
@@ -271,9 +267,7 @@ impl super::Model for Model {
 
     /// pooler_output: the attention-pooling head over every token.
     fn pooler(&self, hidden: &[f32], batch: &Batch) -> candle_core::Result<Option<Tensor>> {
-        let Some(head) = &self.head else { return Ok(None) };
-        let pooled = head.forward(hidden, batch.bounds)?;
-        Tensor::from_vec(pooled, (batch.len(), self.hidden), &candle_core::Device::Cpu).map(Some)
+        pooled(self.head.as_ref(), hidden, batch)
     }
 
     fn image_tokens(&self, height: usize, width: usize) -> std::result::Result<usize, String> {

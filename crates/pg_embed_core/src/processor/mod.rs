@@ -1,6 +1,8 @@
 //! Image preprocessing: image bytes to a model's `pixel_values`, as transformers' PIL-based
 //! image processors (`use_fast=False`) compute them for ViTImageProcessor,
-//! CLIPImageProcessor, BitImageProcessor (DINOv2's) and SiglipImageProcessor.
+//! CLIPImageProcessor, BitImageProcessor (DINOv2's), SiglipImageProcessor and SigLIP 2's
+//! NaFlex Siglip2ImageProcessor (each image resized to the most patches within
+//! `max_num_patches` at its own aspect ratio; the model cuts it into patches).
 //!
 //! The steps, each as transformers and Pillow do them:
 //! 1. decode ([`decode`]): PNG, JPEG, WebP, GIF, BMP, TIFF, refused over a pixel limit
@@ -49,6 +51,7 @@ pub enum ProcessorClass {
     Clip,
     Bit,
     Siglip,
+    Siglip2,
 }
 
 impl ProcessorClass {
@@ -59,13 +62,14 @@ impl ProcessorClass {
             ProcessorClass::Clip => "CLIPImageProcessor",
             ProcessorClass::Bit => "BitImageProcessor",
             ProcessorClass::Siglip => "SiglipImageProcessor",
+            ProcessorClass::Siglip2 => "Siglip2ImageProcessor",
         }
     }
 
     /// The class of an `image_processor_type`, with or without the `Fast`/`Pil` suffix.
     fn from_type(name: &str) -> Option<ProcessorClass> {
         let base = name.strip_suffix("Fast").or_else(|| name.strip_suffix("Pil")).unwrap_or(name);
-        [ProcessorClass::Vit, ProcessorClass::Clip, ProcessorClass::Bit, ProcessorClass::Siglip]
+        [ProcessorClass::Vit, ProcessorClass::Clip, ProcessorClass::Bit, ProcessorClass::Siglip, ProcessorClass::Siglip2]
             .into_iter()
             .find(|c| c.name() == base)
     }
@@ -93,6 +97,18 @@ impl ProcessorClass {
                 size: Some(json!({"height": 224, "width": 224})),
                 default_to_square: false,
                 resample: Filter::Bicubic,
+                do_center_crop: false,
+                crop_size: None,
+                do_convert_rgb: true,
+                mean: [0.5; 3],
+                std: [0.5; 3],
+            },
+            // NaFlex: the size comes from patch_size and max_num_patches; bilinear.
+            ProcessorClass::Siglip2 => Defaults {
+                do_resize: true,
+                size: None,
+                default_to_square: false,
+                resample: Filter::Bilinear,
                 do_center_crop: false,
                 crop_size: None,
                 do_convert_rgb: true,
@@ -133,6 +149,9 @@ pub enum Size {
     Exact { height: usize, width: usize },
     /// The short side becomes this long, the long side keeps the aspect ratio (truncated).
     ShortestEdge(usize),
+    /// SigLIP 2's NaFlex: sides that are multiples of `patch`, at most `max` patches, the
+    /// aspect ratio kept as nearly as the patches allow.
+    Patches { patch: usize, max: usize },
 }
 
 impl Size {
@@ -151,6 +170,7 @@ impl Size {
                     (edge, new_long)
                 }
             }
+            Size::Patches { patch, max } => max_patches_size(height, width, patch, max),
         }
     }
 
@@ -158,6 +178,7 @@ impl Size {
         match self {
             Size::Exact { height, width } => json!({"height": height, "width": width}),
             Size::ShortestEdge(edge) => json!({"shortest_edge": edge}),
+            Size::Patches { patch, max } => json!({"patch_size": patch, "max_num_patches": max}),
         }
     }
 }
@@ -260,7 +281,26 @@ impl ImageProcessor {
         }
 
         let default_to_square = flag("default_to_square", defaults.default_to_square)?;
-        let resize = if flag("do_resize", defaults.do_resize)? {
+        let resize = if class == ProcessorClass::Siglip2 {
+            let count = |key: &str, default: usize| -> Result<usize> {
+                match get(key) {
+                    None => Ok(default),
+                    Some(v) => match v.as_u64() {
+                        Some(n) if n >= 1 && n as usize <= MAX_SIDE => Ok(n as usize),
+                        _ => Err(invalid(format!("{key} has {v}, not a count of 1 to {MAX_SIDE}"))),
+                    },
+                }
+            };
+            let size = Size::Patches { patch: count("patch_size", 16)?, max: count("max_num_patches", 256)? };
+            let filter = match get("resample") {
+                None => defaults.resample,
+                Some(v) => v.as_i64().and_then(Filter::from_pil).ok_or_else(|| {
+                    unsupported("resample", v.to_string(), "0 to 7 (PIL's filters)")
+                })?,
+            };
+            // Siglip2ImageProcessor always resizes: the patches must fill the image.
+            Some((size, filter))
+        } else if flag("do_resize", defaults.do_resize)? {
             let size = get("size")
                 .or(defaults.size.as_ref())
                 .ok_or_else(|| invalid("do_resize without a size".into()))?;
@@ -296,7 +336,7 @@ impl ImageProcessor {
             match parse_size(size, true, "crop_size") {
                 Ok(Size::Exact { height, width }) => Some((height, width)),
                 Err(SizeError::Invalid(m)) => return Err(invalid(m)),
-                Ok(Size::ShortestEdge(_)) => {
+                Ok(Size::ShortestEdge(_) | Size::Patches { .. }) => {
                     return Err(unsupported(
                         "crop size",
                         size.to_string(),
@@ -492,6 +532,28 @@ impl ImageProcessor {
             _ => None,
         })
     }
+}
+
+/// transformers' `get_image_size_for_max_num_patches`: a binary search (in float64, as
+/// Python computes it) for the largest scale whose sides, each rounded up to a multiple of
+/// `patch` (and at least one patch), give at most `max` patches.
+fn max_patches_size(height: usize, width: usize, patch: usize, max: usize) -> (usize, usize) {
+    let scaled = |scale: f64, size: usize| -> usize {
+        let p = patch as f64;
+        (((size as f64 * scale) / p).ceil() * p).max(p) as usize
+    };
+    const EPS: f64 = 1e-5;
+    let (mut low, mut high) = (EPS / 10.0, 100.0);
+    while high - low >= EPS {
+        let scale = (low + high) / 2.0;
+        let patches = (scaled(scale, height) / patch) as f64 * (scaled(scale, width) / patch) as f64;
+        if patches <= max as f64 {
+            low = scale;
+        } else {
+            high = scale;
+        }
+    }
+    (scaled(low, height), scaled(low, width))
 }
 
 /// The sizes of the steps for one image: `(height, width)` after the resize and at the
