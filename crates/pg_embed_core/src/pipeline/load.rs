@@ -574,6 +574,16 @@ fn load_text(
     layout: &Layout,
     options: &Options,
 ) -> Result<(Text, usize, BTreeMap<String, String>)> {
+    // A SentencePiece model alone (SigLIP's SiglipTokenizer, and other slow tokenizers):
+    // its normalisation runs in Python, outside any tokenizer.json.
+    if !bdir.join("tokenizer.json").exists() && bdir.join("spiece.model").exists() {
+        return Err(Error::Unsupported {
+            what: "tokenizer",
+            value: "spiece.model without tokenizer.json".into(),
+            path: bdir.join("spiece.model"),
+            supported: "a tokenizer.json (tokenizers' format, as fast tokenizers save it)",
+        });
+    }
     let (mut tokenizer, largest_id) = load_tokenizer(&bdir.join("tokenizer.json"))?;
     let (pad_id, pad_file) = match tokenizer.get_padding() {
         Some(p) => (p.pad_id, "tokenizer.json"),
