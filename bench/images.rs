@@ -110,8 +110,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let pixels: Vec<Pixels> = decoded.iter().map(|rgb| processor.preprocess_rgb(rgb)).collect();
     let preprocess_ms = ms_since(t0) / n as f64;
     let config: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("config.json"))?)?;
-    let patch = config["patch_size"].as_u64().unwrap_or(16) as usize;
-    let tokens_per_image = 1 + (pixels[0].height / patch) * (pixels[0].width / patch);
+    let tokens_per_image = pipeline.image_tokens(pixels[0].height, pixels[0].width)?;
     let per_batch = (best_tokens / tokens_per_image).max(1);
     let model = |batch: &[Pixels]| pg_embed_core::threads::run(threads, || pipeline.embed_pixels(batch));
     model(&pixels[..per_batch.min(n)])??;

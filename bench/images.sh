@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The image bench: a ViT-B/16-shaped ViTModel (random weights of the real shape) on 64 JPEGs
+# The image bench: a ViT-B/16-shaped ViTModel (random weights of the real shape; FAMILY
+# siglip: siglip-base-patch16-224's vision tower with its attention-pooling head) on 64 JPEGs
 # of photo sizes, end to end from the files' bytes (decode, preprocess, model, pooling),
 # through pg_embed's pipeline called from Rust (bench/images.rs) and through transformers on
 # PyTorch CPU with the PIL image processor (bench/images_baseline.py), with the same thread
@@ -10,7 +11,7 @@
 # (its cosines to PyTorch float32's vectors). Writes bench/results/images-<commit>-<time>.json.
 # Self-contained (no server). Not part of the tests; asserts nothing.
 #
-#   bench/images.sh [threads]        (default: the machine's cores)
+#   bench/images.sh [threads] [family]    (default: the machine's cores; vit, or siglip)
 #
 # The model and images are generated once (seeded) into bench/.cache/ (ignored). The Python
 # side installs into bench/.venv (ignored) on first use, as bench/run.sh does; another
@@ -22,9 +23,10 @@ source "$(dirname "${BASH_SOURCE[0]}")/../scripts/env.sh"
 source "$REPO/bench/lib.sh"
 
 THREADS="${1:-$(nproc)}"
+FAMILY="${2:-vit}"
 BENCH="$REPO/bench"
 BENCH_VENV="${PG_EMBED_BENCH_VENV:-$BENCH/.venv}"
-DATA="$BENCH/.cache/images-vit-b16"
+DATA="$BENCH/.cache/images-$FAMILY-b16"
 OUT="$BENCH/results"
 mkdir -p "$OUT"
 
@@ -33,9 +35,9 @@ bench_venv "$BENCH_VENV"
 export HF_HUB_DISABLE_PROGRESS_BARS=1 TRANSFORMERS_VERBOSITY=error TOKENIZERS_PARALLELISM=false
 
 if [ ! -e "$DATA/done" ]; then
-    step "generating the ViT-B/16-shaped model and the images (first run only)"
+    step "generating the $FAMILY model (base shape) and the images (first run only)"
 fi
-"$BENCH_VENV/bin/python" "$BENCH/images_data.py" "$DATA"
+"$BENCH_VENV/bin/python" "$BENCH/images_data.py" "$DATA" "$FAMILY"
 
 step "pg_embed pipeline from Rust ($THREADS threads)"
 rust_json="$(cd "$REPO" && cargo run -q --release -p pg_embed_core --example bench_images -- \
@@ -57,7 +59,7 @@ load_after="$(cut -d' ' -f1-3 /proc/loadavg)"
 info "load average after: $load_after (1, 5, 15 minutes; the bench itself adds about $THREADS)"
 
 commit="$(git -C "$REPO" rev-parse --short HEAD)"
-result="$OUT/images-$commit-$(date -u +%Y%m%dT%H%M%SZ).json"
+result="$OUT/images-$FAMILY-$commit-$(date -u +%Y%m%dT%H%M%SZ).json"
 "$BENCH_VENV/bin/python" - "$result" "$commit" "$THREADS" "$cpu" "$flags" "$rust_json" "$torch_json" \
     "$load_before" "$load_after" "$rust_bf16_json" "$torch_bf16_json" <<'PY'
 import json, math, sys

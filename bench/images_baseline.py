@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""The image bench's baseline (bench/images.sh): transformers' ViTModel with its image
+"""The image bench's baseline (bench/images.sh): transformers' model (AutoModel) with its image
 processor on the PIL backend (``AutoImageProcessor.from_pretrained(dir, backend="pil")``),
 PyTorch on the CPU with the same thread count, under ``torch.inference_mode()``, end to end
 from the files' bytes (``PIL.Image.open``, processor, model) and pooled as pg_embed pools a
-ViT by default: ``last_hidden_state[:, 0]``, the layernormed [CLS].
+ViT by default: ``last_hidden_state[:, 0]``, the layernormed [CLS]; ``pooler_output`` for a
+SigLIP vision tower (its attention-pooling head, ``get_image_features``).
 
 Prints one JSON line: images/s of the whole set at the best batch size, single-image
 p50/p99 (one image per call), the time of each stage alone, and the vectors of the first 8
@@ -47,7 +48,7 @@ def main() -> int:
 
     import torch
     from PIL import Image
-    from transformers import AutoImageProcessor, ViTModel
+    from transformers import AutoImageProcessor, AutoModel
 
     torch.set_num_threads(args.threads)
     names = sorted(os.listdir(args.images))
@@ -56,7 +57,11 @@ def main() -> int:
 
     t0 = time.perf_counter()
     processor = AutoImageProcessor.from_pretrained(args.model, backend="pil")
-    model = ViTModel.from_pretrained(args.model).eval()
+    model = AutoModel.from_pretrained(args.model).eval()
+    kind = type(model).__name__
+
+    def features(out):
+        return out.pooler_output if kind == "SiglipVisionModel" else out.last_hidden_state[:, 0]
     load_ms = (time.perf_counter() - t0) * 1000
 
     autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if args.bf16 else contextlib.nullcontext
@@ -65,7 +70,7 @@ def main() -> int:
         images = [Image.open(io.BytesIO(b)) for b in batch]
         pixel_values = processor(images=images, return_tensors="pt")["pixel_values"]
         with autocast():
-            return model(pixel_values=pixel_values).last_hidden_state[:, 0].float()
+            return features(model(pixel_values=pixel_values)).float()
 
     with torch.inference_mode():
         embed(files[:CHECKED])  # warm-up
@@ -106,15 +111,15 @@ def main() -> int:
             model(pixel_values=batches[0])
             t0 = time.perf_counter()
             for p in batches:
-                model(pixel_values=p).last_hidden_state[:, 0]
+                features(model(pixel_values=p))
             model_batch_ms = (time.perf_counter() - t0) * 1000 / n
             t0 = time.perf_counter()
             for p in pixels:
-                model(pixel_values=p).last_hidden_state[:, 0]
+                features(model(pixel_values=p))
             model_single_ms = (time.perf_counter() - t0) * 1000 / n
 
     print(json.dumps({
-        "system": "transformers ViTModel (PyTorch CPU, PIL processor)" + (", bf16 autocast" if args.bf16 else ""),
+        "system": f"transformers {kind} (PyTorch CPU, PIL processor)" + (", bf16 autocast" if args.bf16 else ""),
         "images_per_s": best["images_per_s"],
         "best_batch_size": best["batch_size"],
         "runs": runs,

@@ -1,17 +1,20 @@
 #!/usr/bin/env python3
 """The image bench's inputs, generated deterministically (seeded torch and numpy):
 
-- ``model/``: a ViTModel of ViT-B/16's shape (hidden 768, 12 layers, 12 heads, intermediate
-  3072, 224x224 images, 16x16 patches, with the pooler), random weights from transformers'
-  own initialisation, written with ``save_pretrained``, and a ViTImageProcessor (224x224,
-  bilinear, mean and std 0.5) written with ``save_pretrained`` beside it;
+- ``model/``: a model of the family's base shape (hidden 768, 12 layers, 12 heads,
+  intermediate 3072, 224x224 images, 16x16 patches), random weights from transformers' own
+  initialisation, written with ``save_pretrained``, with its image processor beside it:
+  ``vit`` (the default): a ViTModel with the pooler and a ViTImageProcessor (224x224,
+  bilinear, mean and std 0.5); ``siglip``: a SiglipVisionModel of siglip-base-patch16-224's
+  shape (the attention-pooling head, gelu_pytorch_tanh) and a SiglipImageProcessor (224x224,
+  bicubic);
 - ``images/``: 64 JPEGs (quality 90) of the sizes photos come in (640x480, 800x600, 500x375,
   1024x768, their portrait forms, 1280x720, 375x500), smooth content (gradients, blobs,
   waves) plus pixel noise, so that the decoder sees realistic entropy.
 
 Nothing is rewritten when ``OUT/done`` exists. Prints nothing but errors.
 
-Usage: python bench/images_data.py OUT_DIR
+Usage: python bench/images_data.py OUT_DIR [FAMILY]
 """
 
 from __future__ import annotations
@@ -25,11 +28,21 @@ COUNT = 64
 SIZES = [(640, 480), (800, 600), (500, 375), (1024, 768), (480, 640), (600, 800), (1280, 720), (375, 500)]
 
 
-def write_model(d: str) -> None:
+def write_model(d: str, family: str) -> None:
     import torch
     from transformers import ViTConfig, ViTImageProcessorPil, ViTModel
 
     torch.manual_seed(SEED)
+    if family == "siglip":
+        from transformers import SiglipImageProcessorPil, SiglipVisionConfig, SiglipVisionModel
+
+        config = SiglipVisionConfig(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                                    intermediate_size=3072, image_size=224, patch_size=16)
+        SiglipVisionModel(config).eval().save_pretrained(d, safe_serialization=True)
+        SiglipImageProcessorPil(size={"height": 224, "width": 224}, resample=3).save_pretrained(d)
+        return
+    if family != "vit":
+        raise SystemExit(f"unknown family {family}")
     config = ViTConfig(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
                        hidden_act="gelu", image_size=224, patch_size=16, num_channels=3, qkv_bias=True)
     model = ViTModel(config, add_pooling_layer=True).eval()
@@ -63,17 +76,18 @@ def write_images(d: str) -> None:
 
 
 def main() -> int:
-    if len(sys.argv) != 2:
+    if len(sys.argv) not in (2, 3):
         print(__doc__, file=sys.stderr)
         return 2
     out = sys.argv[1]
+    family = sys.argv[2] if len(sys.argv) == 3 else "vit"
     if os.path.exists(os.path.join(out, "done")):
         return 0
     os.makedirs(out, exist_ok=True)
-    write_model(os.path.join(out, "model"))
+    write_model(os.path.join(out, "model"), family)
     write_images(os.path.join(out, "images"))
     with open(os.path.join(out, "done"), "w") as f:
-        json.dump({"seed": SEED, "images": COUNT, "sizes": SIZES}, f)
+        json.dump({"seed": SEED, "images": COUNT, "sizes": SIZES, "family": family}, f)
     return 0
 
 

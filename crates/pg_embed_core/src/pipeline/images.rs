@@ -25,11 +25,7 @@ impl Pipeline {
     ) -> Result<Vec<T>> {
         use rayon::prelude::*;
         let processor = self.image_processor()?;
-        let tokens = |height: usize, width: usize| {
-            self.weights.backbone
-                .image_tokens(height, width)
-                .map_err(|reason| Error::InvalidArgument { what: "image", reason })
-        };
+        let tokens = |height: usize, width: usize| self.image_tokens(height, width);
         // With a fixed output size every image has the same tokens: decode batch by batch.
         // Otherwise each image's size decides its tokens: decode all first.
         let decoded: Option<Vec<Pixels>> = match processor.output_size() {
@@ -56,18 +52,21 @@ impl Pipeline {
         })
     }
 
+    /// The tokens the backbone makes of a preprocessed image of `height` x `width` pixels.
+    pub fn image_tokens(&self, height: usize, width: usize) -> Result<usize> {
+        self.weights
+            .backbone
+            .image_tokens(height, width)
+            .map_err(|reason| Error::InvalidArgument { what: "image", reason })
+    }
+
     /// One forward pass of the backbone over preprocessed images, packed end to end (each
     /// its [CLS] and patches), pooled with `modes`: one row per image.
     fn pool_images(&self, pixels: &[Pixels], modes: &[PoolingMode]) -> Result<Vec<Vec<f32>>> {
         let mut bounds = Vec::with_capacity(pixels.len() + 1);
         bounds.push(0);
         for p in pixels {
-            let n = self
-                .weights
-                .backbone
-                .image_tokens(p.height, p.width)
-                .map_err(|reason| Error::InvalidArgument { what: "image", reason })?;
-            bounds.push(bounds[bounds.len() - 1] + n);
+            bounds.push(bounds[bounds.len() - 1] + self.image_tokens(p.height, p.width)?);
         }
         let batch = Batch { ids: &[], type_ids: &[], bounds: &bounds, images: pixels };
         self.pool_batch(&batch, &vec![0; pixels.len()], modes, &[])
