@@ -18,6 +18,9 @@ Writes, beside the image inputs of ``tests/fixtures/images/inputs`` (made by
   classes (``Siglip2Model``, ``Siglip2VisionModel``, ``Siglip2ForImageClassification``) with a ``Siglip2ImageProcessor``
   (each image resized to at most ``max_num_patches`` patches at its aspect ratio); the
   position table (a 4x4 grid) is resized to every image's grid;
+- ``siglip_spm/``: a ``SiglipTextModel`` with SigLIP's own ``SiglipTokenizer`` (a
+  SentencePiece Unigram model, ``spiece.model``, trained here on the fixtures' corpus with
+  the ``sentencepiece`` package, and no tokenizer.json), with ids for a seeded fuzz of texts;
 - ``golden.json``: per model and input, transformers' outputs: ``get_image_features``'s
   pooler output, the mean of the tower's last hidden state, the classifier's logits; per
   text the processor's ids and mask (``padding="max_length"``, ``truncation=True``) and
@@ -25,6 +28,7 @@ Writes, beside the image inputs of ``tests/fixtures/images/inputs`` (made by
   image against the label prompts.
 
 Everything is deterministic (run it twice and compare sha256 sums); nothing is downloaded.
+Needs ``sentencepiece`` (0.2.3) beside transformers.
 """
 
 from __future__ import annotations
@@ -79,6 +83,51 @@ def siglip_config(vocab_size, pad_id, eos_id):
     vision = dict(image_size=32, patch_size=8, num_channels=3, hidden_size=HIDDEN, intermediate_size=64,
                   num_hidden_layers=2, num_attention_heads=4, hidden_act="gelu_pytorch_tanh", layer_norm_eps=1e-6)
     return SiglipConfig(text_config=text, vision_config=vision)
+
+
+SPM_TEXTS = TEXTS + [
+    "Hello, World!", "Don't stop; go-ahead!", "  leading and trailing spaces  ", "ÉCOLE naïve café",
+    "UPPER lower MiXeD", "tabs\tand\nnewlines\u00a0nbsp", "full-width ＡＢＣ １２３ ①", "a.b,c!d?e", "...",
+    "\u2581marked text", "(parenthesised) and 'quoted' words",
+]
+FUZZ_COUNT = 400
+
+
+def train_spiece(path):
+    """A SentencePiece Unigram model of 300 pieces (T5's special ids: <pad> 0, </s> 1, <unk> 2)
+    trained on the fixtures' corpus, single-threaded (deterministic)."""
+    import io
+
+    import sentencepiece as spm
+
+    lines = [line for line in gif.gf.CORPUS.splitlines() if line.strip()]
+    buf = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_writer=buf, model_type="unigram",
+                                   vocab_size=300, pad_id=0, eos_id=1, unk_id=2, bos_id=-1, num_threads=1,
+                                   normalization_rule_name="nmt_nfkc", character_coverage=1.0,
+                                   hard_vocab_limit=False, minloglevel=2, shuffle_input_sentence=False)
+    with open(path, "wb") as fh:
+        fh.write(buf.getvalue())
+
+
+def fuzz_texts():
+    """Seeded random texts: corpus words, and runs of letters, digits, ASCII punctuation,
+    Unicode spaces, case and compatibility forms."""
+    import random
+    import string
+
+    rng = random.Random(SEED)
+    words = gif.gf.CORPUS.split()
+    alphabet = (list(string.ascii_letters + string.digits + string.punctuation)
+                + [" ", "  ", "\t", "\n", "\u00a0", "\u2581", "é", "É", "ß", "İ", "ﬁ", "①", "日", "😀", "\u3000", "ｶ",
+                   "\u200b", "Å", "ø", "\r", "\x1c"])
+    out = []
+    for i in range(FUZZ_COUNT):
+        if i % 2:
+            out.append("".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30))))
+        else:
+            out.append(" ".join(rng.choice(words) for _ in range(rng.randint(0, 12))))
+    return out
 
 
 def siglip2_config(vocab_size, pad_id, eos_id):
@@ -179,6 +228,21 @@ def build(out):
     classify2.save_pretrained(d, safe_serialization=True)
     gif.image_processor("Siglip2ImageProcessorPil", PROCESSOR2).save_pretrained(d)
     built["siglip2_classify"] = (classify2, "classify")
+
+    d = os.path.join(out, "siglip_spm")
+    os.makedirs(d)
+    train_spiece(os.path.join(out, "spiece.model"))
+    spm_tok = tf.SiglipTokenizer(os.path.join(out, "spiece.model"), model_max_length=TEXT_LENGTH)
+    os.remove(os.path.join(out, "spiece.model"))
+    spm_tok.save_pretrained(d)
+    if os.path.exists(os.path.join(d, "tokenizer.json")):
+        raise SystemExit("SiglipTokenizer wrote a tokenizer.json")
+    text_cfg = siglip_config(spm_tok.vocab_size, spm_tok.pad_token_id, spm_tok.eos_token_id).text_config
+    torch.manual_seed(SEED + 4)
+    spm_model = tf.SiglipTextModel(text_cfg).eval()
+    gif.randomize(spm_model, SEED + 4)
+    spm_model.save_pretrained(d, safe_serialization=True)
+    built["siglip_spm"] = (spm_model, "spm")
     for name in built:
         gif.chmod_tree(os.path.join(out, name))
     return built
@@ -212,11 +276,11 @@ def process(proc, inputs_dir, names):
     return out
 
 
-def text_rows(model, tokenizer, get):
+def text_rows(model, tokenizer, get, texts=TEXTS):
     import torch
 
     rows = []
-    for text in TEXTS:
+    for text in texts:
         enc = tokenizer([text], padding="max_length", truncation=True, max_length=TEXT_LENGTH, return_tensors="pt")
         with torch.inference_mode():
             out = get(enc)
@@ -272,7 +336,7 @@ def main() -> int:
         entry = {"class": type(model).__name__}
         family = "siglip2" if name.startswith("siglip2") else "siglip"
         proc, processed = processors[family]
-        if kind != "text":
+        if kind not in ("text", "spm"):
             entry["processor"] = type(proc).__name__
             entry["pixels_key"] = family
             images = {}
@@ -312,6 +376,14 @@ def main() -> int:
             entry["zero_shot"] = {"labels": LABELS, "prompts": PROMPTS, "probabilities": zero_shot}
         if kind == "text":
             entry["texts"] = text_rows(model, tokenizer, lambda enc: model(**enc).pooler_output)
+        if kind == "spm":
+            spm_tok = AutoTokenizer.from_pretrained(os.path.join(out, name))
+            if type(spm_tok).__name__ != "SiglipTokenizer":
+                raise SystemExit(f"{name}: {type(spm_tok).__name__}")
+            entry["tokenizer"] = type(spm_tok).__name__
+            entry["texts"] = text_rows(model, spm_tok, lambda enc: model(**enc).pooler_output, SPM_TEXTS)
+            entry["fuzz"] = [{"text": t, "ids": spm_tok(t, truncation=True, max_length=TEXT_LENGTH)["input_ids"]}
+                             for t in fuzz_texts()]
         models_out[name] = entry
 
     # The towers saved alone give the full model's features.

@@ -20,6 +20,7 @@ pub mod pipeline;
 pub mod pooling;
 pub mod prepared;
 pub mod processor;
+pub mod sentencepiece;
 pub mod source;
 pub mod sparse;
 pub mod st;

@@ -270,14 +270,48 @@ fn end_to_end_from_image_files() {
     }
 }
 
-/// SigLIP's own SentencePiece tokenizer (spiece.model, no tokenizer.json) is refused by name
-/// (0A000) rather than read as something else.
+/// SigLIP's own tokenizer (SiglipTokenizer: spiece.model, no tokenizer.json) gives
+/// transformers' ids on a seeded fuzz of texts (words, punctuation, Unicode spaces, case and
+/// compatibility forms, special-token text) and the tower's features on them.
 #[test]
-fn a_sentencepiece_model_alone_is_refused() {
+fn siglip_tokenizer_from_the_sentencepiece_model() {
+    #[derive(Deserialize)]
+    struct Fuzz {
+        text: String,
+        ids: Vec<u32>,
+    }
+    #[derive(Deserialize)]
+    struct Spm {
+        texts: Vec<Text>,
+        fuzz: Vec<Fuzz>,
+    }
+    let bytes = std::fs::read(dir().join("golden.json")).unwrap();
+    let golden: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    let spm: Spm = serde_json::from_value(golden["models"]["siglip_spm"].clone()).unwrap();
+    assert!(!dir().join("siglip_spm/tokenizer.json").exists());
+    let p = load("siglip_spm", serde_json::json!({}));
+    assert!(spm.fuzz.len() >= 400);
+    for f in &spm.fuzz {
+        assert_eq!(p.tokenize(&f.text).unwrap(), f.ids, "ids of {:?}", f.text);
+    }
+    let mut worst = 0f32;
+    for t in &spm.texts {
+        let real: Vec<u32> = t.ids.iter().zip(&t.attention_mask).filter(|(_, m)| **m == 1).map(|(i, _)| *i).collect();
+        assert_eq!(p.tokenize(&t.text).unwrap(), real, "ids of {:?}", t.text);
+        worst = worst.max(assert_close(&p.embed(&[&t.text]).unwrap()[0], &t.text_embeds, &format!("{:?}", t.text)));
+    }
+    eprintln!("siglip_spm: {} fuzz texts' ids equal; {} texts, max abs diff {worst:.2e}", spm.fuzz.len(), spm.texts.len());
+}
+
+/// A SentencePiece model alone under another tokenizer class is refused by name (0A000):
+/// only SiglipTokenizer's steps are rebuilt.
+#[test]
+fn another_sentencepiece_tokenizer_alone_is_refused() {
     let tmp = std::env::temp_dir().join(format!("pg_embed_siglip_spiece_{}", std::process::id()));
-    copy_model(&dir().join("siglip"), &tmp);
-    std::fs::remove_file(tmp.join("tokenizer.json")).unwrap();
-    std::fs::write(tmp.join("spiece.model"), b"\x0a\x03\x0a\x01a").unwrap();
+    copy_model(&dir().join("siglip_spm"), &tmp);
+    let config = tmp.join("tokenizer_config.json");
+    let text = std::fs::read_to_string(&config).unwrap().replace("SiglipTokenizer", "T5Tokenizer");
+    std::fs::write(&config, text).unwrap();
     let err = Pipeline::load(&tmp, &Options::default()).err().expect("refused");
     std::fs::remove_dir_all(&tmp).ok();
     assert_eq!(err.sqlstate(), pg_embed_core::error::SqlState::FeatureNotSupported, "{err}");

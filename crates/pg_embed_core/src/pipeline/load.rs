@@ -574,17 +574,19 @@ fn load_text(
     layout: &Layout,
     options: &Options,
 ) -> Result<(Text, usize, BTreeMap<String, String>)> {
-    // A SentencePiece model alone (SigLIP's SiglipTokenizer, and other slow tokenizers):
-    // its normalisation runs in Python, outside any tokenizer.json.
-    if !bdir.join("tokenizer.json").exists() && bdir.join("spiece.model").exists() {
-        return Err(Error::Unsupported {
+    // A SentencePiece model alone: SigLIP's SiglipTokenizer is rebuilt from it
+    // (`sentencepiece`); other slow tokenizers are refused by name.
+    let (mut tokenizer, largest_id) = if !bdir.join("tokenizer.json").exists() && bdir.join("spiece.model").exists() {
+        let tokenizer = crate::sentencepiece::siglip_tokenizer(bdir)?.ok_or_else(|| Error::Unsupported {
             what: "tokenizer",
             value: "spiece.model without tokenizer.json".into(),
             path: bdir.join("spiece.model"),
-            supported: "a tokenizer.json (tokenizers' format, as fast tokenizers save it)",
-        });
-    }
-    let (mut tokenizer, largest_id) = load_tokenizer(&bdir.join("tokenizer.json"))?;
+            supported: "SiglipTokenizer, or a tokenizer.json (tokenizers' format, as fast tokenizers save it)",
+        })?;
+        (tokenizer, None)
+    } else {
+        load_tokenizer(&bdir.join("tokenizer.json"))?
+    };
     let (pad_id, pad_file) = match tokenizer.get_padding() {
         Some(p) => (p.pad_id, "tokenizer.json"),
         None => (config.pad_token_id(), "config.json"),
