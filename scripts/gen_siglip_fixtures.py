@@ -314,9 +314,11 @@ def main() -> int:
 
     out = os.path.abspath(args.out)
     inputs_dir = os.path.abspath(args.inputs)
-    if os.path.isdir(out):
-        shutil.rmtree(out)
-    os.makedirs(out)
+    os.makedirs(out, exist_ok=True)
+    for entry in os.listdir(out):  # everything but the README is the script's
+        path = os.path.join(out, entry)
+        if entry != "README.md":
+            shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
     built = build(out)
     names = sorted(f for f in os.listdir(inputs_dir) if f not in gif.BAD_INPUTS)
 
