@@ -21,7 +21,8 @@ SELECT name, r ->> 'architecture' AS architecture, r ->> 'modality' AS modality,
        r -> 'pooling' AS pooling, r -> 'dim' AS dim, r -> 'preprocessing' ->> 'class' AS processor
 FROM (VALUES ('siglip', 'siglip/siglip', '{}'), ('siglip_vision', 'siglip/siglip_vision', '{}'),
              ('siglip_text', 'siglip/siglip_text', '{}'), ('siglip_classify', 'siglip/siglip_classify', '{}'),
-             ('siglip2', 'siglip/siglip2', '{}'), ('siglip2_classify', 'siglip/siglip2_classify', '{}'))
+             ('siglip2', 'siglip/siglip2', '{}'), ('siglip2_classify', 'siglip/siglip2_classify', '{}'),
+             ('siglip_spm', 'siglip/siglip_spm', '{}'))
          AS m(name, source, options),
      LATERAL embed.register_model(name, source, options::jsonb) AS r
 ORDER BY name;
@@ -45,10 +46,10 @@ WHERE image ? key
 GROUP BY model ORDER BY model;
 
 -- The text tower: get_text_features of the processor's padded ids (the empty text and a
--- cut one among them).
+-- cut one among them); siglip_spm reads SigLIP's own SentencePiece tokenizer.
 SELECT model, count(*) AS texts,
        bool_and((SELECT max(abs(x - y)) FROM unnest(embed(model, t ->> 'text'), pg_temp.arr(t -> 'text_embeds')) AS u(x, y)) <= 1e-4) AS within_1e4
-FROM (VALUES ('siglip'), ('siglip_text'), ('siglip2')) AS m(model), golden,
+FROM (VALUES ('siglip'), ('siglip_text'), ('siglip2'), ('siglip_spm')) AS m(model), golden,
      LATERAL jsonb_array_elements(g -> model -> 'texts') AS t
 GROUP BY model ORDER BY model;
 
