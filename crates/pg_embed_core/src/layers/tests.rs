@@ -452,6 +452,7 @@ fn check_lengths(s: Setting, lengths: &[usize]) {
                 rope: rope.as_ref().map(|(c, s)| (&c[..], &s[..])),
                 local_rope: None,
                 term: None,
+                rope_rows: None,
             };
             st.run_as(&mut teamed, lengths, &call, 2, true)
         })

@@ -98,6 +98,7 @@ const LAYERS: LayerNames = LayerNames {
     norm_after: "layer_norm2",
     up: "mlp.fc1",
     down: "mlp.fc2",
+    gate: None,
     layer_scale: None,
 };
 
@@ -112,7 +113,8 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
         let names = EmbeddingNames {
             cls: "embeddings.class_embedding",
             patch: "embeddings.patch_embedding",
-            positions: "embeddings.position_embedding.weight",
+            positions: Some("embeddings.position_embedding.weight"),
+            registers: None,
             patch_bias: false,
         };
         let shape = Shape {
@@ -132,7 +134,7 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
                 intermediate: cfg.intermediate_size,
                 layers: cfg.num_hidden_layers,
                 eps,
-                qkv_bias: true,
+                biases: vision::Biases::qkv(true),
                 activation: act,
             },
             None,
