@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The image bench: a ViT-B/16-shaped ViTModel (random weights of the real shape; FAMILY
-# siglip: siglip-base-patch16-224's vision tower with its attention-pooling head) on 64 JPEGs
+# siglip: siglip-base-patch16-224's vision tower with its attention-pooling head; dinov3:
+# dinov3-vitb16's shape, pooler_output) on 64 JPEGs
 # of photo sizes, end to end from the files' bytes (decode, preprocess, model, pooling),
 # through pg_embed's pipeline called from Rust (bench/images.rs) and through transformers on
 # PyTorch CPU with the PIL image processor (bench/images_baseline.py), with the same thread
@@ -11,7 +12,9 @@
 # (its cosines to PyTorch float32's vectors). Writes bench/results/images-<commit>-<time>.json.
 # Self-contained (no server). Not part of the tests; asserts nothing.
 #
-#   bench/images.sh [threads] [family]    (default: the machine's cores; vit, or siglip)
+#   bench/images.sh [threads] [family]    (default: the machine's cores; vit, siglip or dinov3)
+#
+# dinov3's processor needs torchvision beside torch: PYTHONPATH=<a torchvision install>.
 #
 # The model and images are generated once (seeded) into bench/.cache/ (ignored). The Python
 # side installs into bench/.venv (ignored) on first use, as bench/run.sh does; another

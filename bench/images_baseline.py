@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """The image bench's baseline (bench/images.sh): transformers' model (AutoModel) with its image
-processor on the PIL backend (``AutoImageProcessor.from_pretrained(dir, backend="pil")``),
+processor on the PIL backend (``AutoImageProcessor.from_pretrained(dir, backend="pil")``; DINOv3's
+has only the torchvision one),
 PyTorch on the CPU with the same thread count, under ``torch.inference_mode()``, end to end
 from the files' bytes (``PIL.Image.open``, processor, model) and pooled as pg_embed pools a
 ViT by default: ``last_hidden_state[:, 0]``, the layernormed [CLS]; ``pooler_output`` for a
-SigLIP vision tower (its attention-pooling head, ``get_image_features``).
+SigLIP vision tower (its attention-pooling head, ``get_image_features``) and for DINOv3 (the
+normed [CLS]).
 
 Prints one JSON line: images/s of the whole set at the best batch size, single-image
 p50/p99 (one image per call), the time of each stage alone, and the vectors of the first 8
@@ -56,12 +58,16 @@ def main() -> int:
     n = len(files)
 
     t0 = time.perf_counter()
-    processor = AutoImageProcessor.from_pretrained(args.model, backend="pil")
+    config = json.load(open(os.path.join(args.model, "config.json")))
+    # DINOv3's processor exists only for torchvision.
+    backend = {} if config.get("model_type") == "dinov3_vit" else {"backend": "pil"}
+    processor = AutoImageProcessor.from_pretrained(args.model, **backend)
     model = AutoModel.from_pretrained(args.model).eval()
     kind = type(model).__name__
 
     def features(out):
-        return out.pooler_output if kind == "SiglipVisionModel" else out.last_hidden_state[:, 0]
+        # SigLIP: its attention-pooling head; DINOv3: the normed [CLS] (both pooler_output).
+        return out.pooler_output if kind in ("SiglipVisionModel", "DINOv3ViTModel") else out.last_hidden_state[:, 0]
     load_ms = (time.perf_counter() - t0) * 1000
 
     autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if args.bf16 else contextlib.nullcontext

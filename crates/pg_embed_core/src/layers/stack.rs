@@ -175,6 +175,9 @@ pub(super) struct Call<'a> {
     pub local_rope: Option<(&'a [f32], &'a [f32])>,
     /// A term added to the scores in this call, instead of the stack's own.
     pub term: Option<&'a dyn ScoreTerm>,
+    /// The row of `rope` each token of the call takes, when the caller gives the rows
+    /// (otherwise token i of a sequence takes row i).
+    pub rope_rows: Option<&'a [u32]>,
 }
 
 /// A score term called for a group of sequences that starts at token `first` of the batch.
@@ -324,7 +327,6 @@ impl Stack {
         bias: Option<&AttentionBias>,
         term: Option<&dyn ScoreTerm>,
     ) {
-        let threads = rayon::current_num_threads().max(1);
         let tokens: usize = lengths.iter().sum();
         assert_eq!(x.len(), tokens * self.hidden, "packed input size");
         let longest = lengths.iter().copied().max().unwrap_or(0);
@@ -340,7 +342,44 @@ impl Stack {
             rope: rope.as_ref().map(|(c, s)| (&c[..], &s[..])),
             local_rope: local_rope.as_ref().map(|(c, s)| (&c[..], &s[..])),
             term,
+            rope_rows: None,
         };
+        self.dispatch(x, lengths, &call);
+    }
+
+    /// As `try_forward`, with rotary positions the caller computes: token t of the batch is
+    /// rotated by row `rows[t]` of (`cos`, `sin`), each [table rows, head_dim / 2] (DINOv3's
+    /// 2-D positions over an image's patch grid; a row of cos 1 and sin 0 leaves a token as
+    /// it is). The stack's own rotary table is not used.
+    pub fn try_forward_rotated(
+        &self,
+        x: &mut [f32],
+        lengths: &[usize],
+        cos: &[f32],
+        sin: &[f32],
+        rows: &[u32],
+    ) -> candle_core::Result<()> {
+        let tokens = lengths.iter().try_fold(0usize, |a, l| a.checked_add(*l));
+        if tokens.and_then(|t| t.checked_mul(self.hidden)) != Some(x.len()) || tokens != Some(rows.len()) {
+            candle_core::bail!("{} values and {} rotary rows are not the {:?} tokens of width {}", x.len(), rows.len(), tokens, self.hidden);
+        }
+        let half = self.shape.head_dim / 2;
+        if self.sliding.is_some() || self.shape.head_dim % 2 != 0 || cos.len() != sin.len() || cos.len() % half != 0 {
+            candle_core::bail!("rotary tables of {} and {} values for heads of {}", cos.len(), sin.len(), self.shape.head_dim);
+        }
+        if rows.iter().any(|&r| r as usize >= cos.len() / half) {
+            candle_core::bail!("a rotary row beyond the table's {} rows", cos.len() / half);
+        }
+        let call = Call { bias: None, rope: Some((cos, sin)), local_rope: None, term: None, rope_rows: Some(rows) };
+        self.dispatch(x, lengths, &call);
+        Ok(())
+    }
+
+    /// The layers over `x` as the threads are: several sequences in chunks, each on one
+    /// thread, or one team over all of it.
+    fn dispatch(&self, x: &mut [f32], lengths: &[usize], call: &Call) {
+        let threads = rayon::current_num_threads().max(1);
+        let tokens: usize = lengths.iter().sum();
         if threads > 1 && lengths.len() >= 2 * threads {
             // Chunks of whole sequences, at least two per thread, each run by one thread on
             // its own; the pool's threads take them as they come free, so that one slow
@@ -350,13 +389,13 @@ impl Stack {
             // where a group per thread is a few sequences of unequal cost.)
             let most = CHUNK_TOKENS.min(tokens.div_ceil(2 * threads)).max(1);
             let chunks = chunks(x, lengths, self.hidden, most);
-            chunks.into_par_iter().with_max_len(1).for_each(|(x, lengths, first)| self.run_chunk(x, lengths, &call, first));
+            chunks.into_par_iter().with_max_len(1).for_each(|(x, lengths, first)| self.run_chunk(x, lengths, call, first));
         } else if threads == 1 {
             for (x, lengths, first) in chunks(x, lengths, self.hidden, CHUNK_TOKENS) {
-                self.run_chunk(x, lengths, &call, first);
+                self.run_chunk(x, lengths, call, first);
             }
         } else {
-            self.run(x, lengths, &call, threads);
+            self.run(x, lengths, call, threads);
         }
     }
 
@@ -364,7 +403,9 @@ impl Stack {
     /// token the chunk starts at in the batch, which a score term sees its offsets from.
     fn run_chunk(&self, x: &mut [f32], lengths: &[usize], call: &Call, first: usize) {
         let shifted = call.term.map(|term| Shifted { term, first });
-        let call = Call { term: shifted.as_ref().map(|s| s as &dyn ScoreTerm), ..*call };
+        let tokens: usize = lengths.iter().sum();
+        let rope_rows = call.rope_rows.map(|rows| &rows[first..first + tokens]);
+        let call = Call { term: shifted.as_ref().map(|s| s as &dyn ScoreTerm), rope_rows, ..*call };
         self.run(x, lengths, &call, 1);
     }
 
@@ -410,12 +451,13 @@ impl Stack {
             inner: Buf::of(inner),
             glu: Buf::of(glu),
         };
-        let positions: Vec<u32> = match call.rope.or(call.local_rope) {
-            Some(_) => lengths.iter().flat_map(|&len| 0..len as u32).collect(),
-            None => Vec::new(),
+        let positions: std::borrow::Cow<[u32]> = match (call.rope_rows, call.rope.or(call.local_rope)) {
+            (Some(rows), _) => rows.into(),
+            (None, Some(_)) => lengths.iter().flat_map(|&len| 0..len as u32).collect::<Vec<_>>().into(),
+            (None, None) => Vec::new().into(),
         };
         if teamed && threads == rayon::current_num_threads() {
-            crate::threads::team(self.step_count(), |member| {
+            crate::threads::team(self.step_count(call), |member| {
                 // SAFETY: the buffers outlive the team; every step's shares are disjoint
                 // and the team meets between steps (see `steps`).
                 unsafe {
@@ -437,10 +479,14 @@ impl Stack {
         }
     }
 
-    /// The steps `steps` takes (each `Share::split` one team step).
-    fn step_count(&self) -> usize {
+    /// The steps `steps` takes in `call` (each `Share::split` one team step).
+    fn step_count(&self, call: &Call) -> usize {
         let per_layer = |(i, l): (usize, &Layer)| {
-            7 + usize::from(self.rotary_of(i).is_some() || l.qk_norms.is_some())
+            let rope = match self.window_of(i) {
+                Some(Sliding { rotary: Some(_), .. }) => call.local_rope.is_some(),
+                _ => call.rope.is_some(),
+            };
+            7 + usize::from(rope || l.qk_norms.is_some())
                 + usize::from(l.mlp.gated() > 0)
                 + 2 * usize::from(l.post_norms.is_some())
         };
@@ -450,14 +496,6 @@ impl Stack {
     /// The sliding window of layer `i`, if it slides.
     fn window_of(&self, i: usize) -> Option<&Sliding> {
         self.sliding.as_ref().filter(|s| s.layers.get(i) == Some(&true))
-    }
-
-    /// The rotary positions of layer `i`.
-    fn rotary_of(&self, i: usize) -> Option<&Rotary> {
-        match self.window_of(i) {
-            Some(Sliding { rotary: Some(r), .. }) => Some(r),
-            _ => self.rotary.as_ref(),
-        }
     }
 
     /// The layers, step by step: each step reads buffers no thread writes in it and writes

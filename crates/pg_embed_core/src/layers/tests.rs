@@ -452,6 +452,7 @@ fn check_lengths(s: Setting, lengths: &[usize]) {
                 rope: rope.as_ref().map(|(c, s)| (&c[..], &s[..])),
                 local_rope: None,
                 term: None,
+                rope_rows: None,
             };
             st.run_as(&mut teamed, lengths, &call, 2, true)
         })
@@ -720,5 +721,49 @@ fn score_terms_see_offsets_in_the_batch() {
         let mut got = seen.0.into_inner().unwrap();
         got.sort();
         assert_eq!(got, want, "on {threads} threads");
+    }
+}
+
+#[test]
+fn rotary_rows_given_per_token_match_the_stacks_own_rotary() {
+    // The stack's own rotary positions (row i for token i of a sequence) given as a caller's
+    // table and rows: the same values bit for bit, on one thread, several, and a team; rows
+    // of cos 1 and sin 0 leave tokens as a stack without rotary positions does.
+    let lengths = [5, 1, 9, 3, 7, 2];
+    let tokens: usize = lengths.iter().sum();
+    let raws: Vec<Raw> = (0..LAYERS).map(|l| raw(&GROUPED, 10 + 100 * l as u64)).collect();
+    let plain = Setting { rotary: false, ..GROUPED };
+    let x = noise(tokens * HIDDEN, 7, 1.0);
+    let longest = *lengths.iter().max().unwrap();
+    let (cos, sin) = Rotary::new(HEAD_DIM, 100.0).table(longest);
+    let rows: Vec<u32> = lengths.iter().flat_map(|&l| 0..l as u32).collect();
+    let half = HEAD_DIM / 2;
+    let (identity_cos, identity_sin) = (vec![1.0; half], vec![0.0; half]);
+    let layouts: &[bool] = if float32::available() { &[false, true] } else { &[false] };
+    for &packed in layouts {
+        let (own, given) = (stack(&GROUPED, &raws, packed), stack(&plain, &raws, packed));
+        for threads in [1, 2, 3] {
+            let mut want = x.clone();
+            crate::threads::run(threads, || own.try_forward(&mut want, &lengths)).unwrap().unwrap();
+            let mut got = x.clone();
+            crate::threads::run(threads, || given.try_forward_rotated(&mut got, &lengths, &cos, &sin, &rows))
+                .unwrap()
+                .unwrap();
+            assert_eq!(got, want, "packed {packed}, {threads} threads");
+            let mut unrotated = x.clone();
+            crate::threads::run(threads, || given.try_forward(&mut unrotated, &lengths)).unwrap().unwrap();
+            let mut identity = x.clone();
+            let zeros = vec![0u32; tokens];
+            crate::threads::run(threads, || {
+                given.try_forward_rotated(&mut identity, &lengths, &identity_cos, &identity_sin, &zeros)
+            })
+            .unwrap()
+            .unwrap();
+            assert_eq!(identity, unrotated, "packed {packed}, {threads} threads: identity rows");
+        }
+        let mut short = x.clone();
+        assert!(given.try_forward_rotated(&mut short, &lengths, &cos, &sin, &rows[1..]).is_err());
+        let beyond: Vec<u32> = rows.iter().map(|_| longest as u32).collect();
+        assert!(given.try_forward_rotated(&mut short, &lengths, &cos, &sin, &beyond).is_err());
     }
 }

@@ -98,7 +98,8 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
         let names = EmbeddingNames {
             cls: Some("embeddings.class_embedding"),
             patch: "embeddings.patch_embedding",
-            positions: "embeddings.position_embedding.weight",
+            positions: Some("embeddings.position_embedding.weight"),
+            registers: None,
             patch_bias: false,
         };
         let shape = Shape {
@@ -118,7 +119,7 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
                 intermediate: cfg.intermediate_size,
                 layers: cfg.num_hidden_layers,
                 eps,
-                qkv_bias: true,
+                biases: vision::Biases::qkv(true),
                 activation: act,
             },
             None,

@@ -94,6 +94,7 @@ const LAYERS: LayerNames = LayerNames {
     norm_after: "norm2",
     up: "mlp.fc1",
     down: "mlp.fc2",
+    gate: None,
     layer_scale: Some(("layer_scale1", "layer_scale2")),
 };
 
@@ -123,7 +124,7 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
                 intermediate,
                 layers: cfg.num_hidden_layers,
                 eps: cfg.layer_norm_eps,
-                qkv_bias: cfg.qkv_bias,
+                biases: vision::Biases::qkv(cfg.qkv_bias),
                 activation: act,
             },
             Some(weights::layer_norm(&vb.pp("layernorm"), h, cfg.layer_norm_eps, true)?),

@@ -20,6 +20,7 @@ pub mod clip_vision;
 pub mod deberta_v2;
 pub mod decoder;
 pub mod dinov2;
+pub mod dinov3;
 pub mod distilbert;
 pub mod electra;
 pub mod encoder;
@@ -264,6 +265,7 @@ pub const ARCHITECTURES: &[Architecture] = &[
     Architecture { model_type: "clip_vision_model", parse: parse_as::<clip_vision::Config> },
     Architecture { model_type: "deberta-v2", parse: parse_as::<deberta_v2::Config> },
     Architecture { model_type: "dinov2", parse: parse_as::<dinov2::Config> },
+    Architecture { model_type: "dinov3_vit", parse: parse_as::<dinov3::Config> },
     Architecture { model_type: "distilbert", parse: parse_as::<distilbert::Config> },
     Architecture { model_type: "electra", parse: parse_as::<electra::Config> },
     Architecture { model_type: "eurobert", parse: parse_as::<eurobert::Config> },

@@ -226,7 +226,7 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
                 intermediate: cfg.intermediate_size,
                 layers: cfg.num_hidden_layers,
                 eps,
-                qkv_bias: true,
+                biases: vision::Biases::qkv(true),
                 activation: act,
             },
             Some(weights::layer_norm(&t.pp("post_layernorm"), h, eps, true)?),

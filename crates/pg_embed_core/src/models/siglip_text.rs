@@ -111,7 +111,7 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
                 intermediate: cfg.intermediate_size,
                 layers: cfg.num_hidden_layers,
                 eps: cfg.layer_norm_eps,
-                qkv_bias: true,
+                biases: vision::Biases::qkv(true),
                 activation: act,
             },
             Some(weights::layer_norm(&t.pp("final_layer_norm"), h, cfg.layer_norm_eps, true)?),

@@ -189,7 +189,8 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
         let names = EmbeddingNames {
             cls: None,
             patch: "embeddings.patch_embedding",
-            positions: "embeddings.position_embedding.weight",
+            registers: None,
+            positions: Some("embeddings.position_embedding.weight"),
             patch_bias: true,
         };
         let shape = Shape {
@@ -209,7 +210,7 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
                 intermediate: cfg.intermediate_size,
                 layers: cfg.num_hidden_layers,
                 eps,
-                qkv_bias: true,
+                biases: vision::Biases::qkv(true),
                 activation: act,
             },
             Some(weights::layer_norm(&t.pp("post_layernorm"), h, eps, true)?),

@@ -1,8 +1,10 @@
-//! What the vision transformers (ViT, DINOv2, CLIP's and SigLIP's vision towers) share: an
-//! image's patches as tokens (the patch convolution, kernel = stride = patch size, is a linear
-//! layer over flattened patches), a [CLS] token in front (none in SigLIP), position embeddings (interpolated to the
-//! image's patch grid as transformers does for DINOv2), and their pre-LayerNorm layer stack
-//! built from a table of weight names. The stack itself is the layer library's, the same as
+//! What the vision transformers (ViT, DINOv2, DINOv3, CLIP's and SigLIP's vision towers)
+//! share: an image's patches as tokens (the patch convolution, kernel = stride = patch size,
+//! is a linear layer over flattened patches), a [CLS] token (and DINOv3's register tokens; none
+//! in SigLIP) in front, position
+//! embeddings (interpolated to the image's patch grid as transformers does for DINOv2; none
+//! where the stack rotates), and their pre-LayerNorm layer stack built from a table of weight
+//! names. The stack itself is the layer library's, the same as
 //! every text encoder's.
 
 use std::borrow::Cow;
@@ -21,6 +23,8 @@ pub enum Grid {
     Fixed,
     /// Bicubic interpolation to the image's grid (DINOv2, always).
     Interpolated,
+    /// No position table: positions are rotary, in attention (DINOv3); any grid.
+    Rotary,
 }
 
 /// [CLS] + patch embeddings + position embeddings.
@@ -29,9 +33,11 @@ pub struct Embeddings {
     patch: Linear,
     patch_size: usize,
     channels: usize,
-    /// The [CLS] token; None where the architecture has none (SigLIP).
-    cls: Option<Floats>,
-    /// [cls + side * side, hidden]: [CLS]'s row if any, then the trained grid row by row.
+    /// [CLS]'s row, then the register tokens' rows (DINOv3), in front of the patches; empty
+    /// where the architecture has no [CLS] (SigLIP).
+    cls: Floats,
+    /// [prefix + side * side, hidden]: [CLS]'s row if any, then the trained grid row by row
+    /// (empty for `Grid::Rotary`).
     positions: Floats,
     /// The trained image size in pixels (square) and the grid's side in patches.
     image_size: usize,
@@ -42,11 +48,14 @@ pub struct Embeddings {
 
 /// Where an architecture keeps its embedding weights, relative to the model's root.
 pub struct EmbeddingNames {
+    /// The [CLS] token; None where the architecture has none (SigLIP).
     pub cls: Option<&'static str>,
+    /// Register tokens [1, n, hidden] after [CLS] (DINOv3), when the model has them.
+    pub registers: Option<&'static str>,
     pub patch: &'static str,
     /// The position table: a parameter [1, n, hidden] (ViT, DINOv2) or an nn.Embedding's
-    /// `weight` [n, hidden] (CLIP).
-    pub positions: &'static str,
+    /// `weight` [n, hidden] (CLIP); none for `Grid::Rotary`.
+    pub positions: Option<&'static str>,
     pub patch_bias: bool,
 }
 
@@ -75,36 +84,51 @@ impl Embeddings {
             vb.get((hidden, channels, patch_size, patch_size), &format!("{}.weight", names.patch))?;
         let bias = names.patch_bias.then(|| vb.get(hidden, &format!("{}.bias", names.patch))).transpose()?;
         let patch = weights::linear_of(&weight.reshape((hidden, inputs))?, bias.as_ref())?;
-        let cls = match names.cls {
-            Some(name) => {
-                let cls = vb.get_unchecked(name)?.flatten_all()?.to_vec1::<f32>()?;
-                if cls.len() != hidden {
-                    candle_core::bail!("{name} has {} values, expected {hidden}", cls.len());
-                }
-                Some(cls.into())
-            }
-            None => None,
+        let mut cls = match names.cls {
+            Some(name) => vb.get_unchecked(name)?.flatten_all()?.to_vec1::<f32>()?,
+            None => Vec::new(),
         };
-        let lead = usize::from(cls.is_some());
-        let positions = vb.get_unchecked(names.positions)?.flatten_all()?.to_vec1::<f32>()?;
-        if positions.len() != (lead + side * side) * hidden {
-            candle_core::bail!(
-                "{} has {} values, expected {} positions of {hidden}",
-                names.positions,
-                positions.len(),
-                lead + side * side
-            );
+        if names.cls.is_some() && cls.len() != hidden {
+            candle_core::bail!("{:?} has {} values, expected {hidden}", names.cls, cls.len());
         }
-        let positions = positions.into();
+        let lead = usize::from(names.cls.is_some());
+        if let Some(registers) = names.registers {
+            let rows = vb.get_unchecked(registers)?.flatten_all()?.to_vec1::<f32>()?;
+            if rows.len() % hidden != 0 {
+                candle_core::bail!("{registers} has {} values, not rows of {hidden}", rows.len());
+            }
+            cls.extend(rows);
+        }
+        let positions = match (names.positions, grid) {
+            (None, Grid::Rotary) => Vec::new(),
+            (Some(name), Grid::Fixed | Grid::Interpolated) => {
+                let positions = vb.get_unchecked(name)?.flatten_all()?.to_vec1::<f32>()?;
+                if names.registers.is_some() || positions.len() != (lead + side * side) * hidden {
+                    candle_core::bail!(
+                        "{name} has {} values, expected {} positions of {hidden}",
+                        positions.len(),
+                        lead + side * side
+                    );
+                }
+                positions
+            }
+            (names, grid) => candle_core::bail!("position table {names:?} with {grid:?} positions"),
+        };
+        let (cls, positions) = (cls.into(), positions.into());
         Ok(Embeddings { patch, patch_size, channels, cls, positions, image_size, side, grid, hidden })
     }
 
     /// The patch grid (rows, columns) of an image; the convolution drops a remainder.
-    fn grid_of(&self, height: usize, width: usize) -> (usize, usize) {
+    pub fn grid_of(&self, height: usize, width: usize) -> (usize, usize) {
         (height / self.patch_size, width / self.patch_size)
     }
 
-    /// The tokens of an image of `height` x `width`: [CLS] and one per patch.
+    /// The tokens in front of the patches: [CLS] and the registers.
+    pub fn prefix(&self) -> usize {
+        self.cls.len() / self.hidden.max(1)
+    }
+
+    /// The tokens of an image of `height` x `width`: [CLS], the registers and one per patch.
     pub fn tokens(&self, height: usize, width: usize) -> Result<usize, String> {
         let (rows, cols) = self.grid_of(height, width);
         if rows == 0 || cols == 0 {
@@ -119,12 +143,7 @@ impl Embeddings {
                 self.image_size
             ));
         }
-        Ok(self.lead() + rows * cols)
-    }
-
-    /// The tokens in front of the patches: 1 with a [CLS] token, else 0.
-    fn lead(&self) -> usize {
-        usize::from(self.cls.is_some())
+        Ok(self.prefix() + rows * cols)
     }
 
     /// The position rows for an image's grid: the trained ones, or interpolated.
@@ -132,19 +151,20 @@ impl Embeddings {
         let (rows, cols) = self.grid_of(height, width);
         // transformers' Dinov2Embeddings.interpolate_pos_encoding keeps the table when the
         // patch count matches and the image is square.
-        if self.grid == Grid::Fixed || (rows * cols == self.side * self.side && height == width) {
+        if self.grid != Grid::Interpolated || (rows * cols == self.side * self.side && height == width) {
             return Cow::Borrowed(&self.positions);
         }
-        let (h, lead) = (self.hidden, self.lead() * self.hidden);
+        let (h, lead) = (self.hidden, self.prefix() * self.hidden);
         let mut out = Vec::with_capacity(lead + rows * cols * h);
         out.extend_from_slice(&self.positions[..lead]);
         out.extend(bicubic(&self.positions[lead..], self.side, self.side, rows, cols, h));
         Cow::Owned(out)
     }
 
-    /// The packed input tokens of `images`: per image its [CLS] row (if any) and its patches in
-    /// raster order, each plus its position embedding; image i must be `lengths[i]` tokens.
-    fn forward(&self, images: &[Pixels], lengths: &[usize]) -> candle_core::Result<Vec<f32>> {
+    /// The packed input tokens of `images`: per image its [CLS] row (and registers) and its
+    /// patches in raster order, each plus its position embedding (none for `Grid::Rotary`);
+    /// image i must be `lengths[i]` tokens.
+    pub fn forward(&self, images: &[Pixels], lengths: &[usize]) -> candle_core::Result<Vec<f32>> {
         if images.len() != lengths.len() {
             candle_core::bail!("{} images in {} sequences", images.len(), lengths.len());
         }
@@ -180,19 +200,25 @@ impl Embeddings {
             }
         }
         let projected = self.patch.apply(&patches);
-        let lead = self.lead();
-        let total: usize = grids.iter().map(|(r, c)| lead + r * c).sum();
+        let total: usize = grids.iter().map(|(r, c)| self.prefix() + r * c).sum();
         let mut x = Vec::with_capacity(total * h);
         let mut next = projected.chunks_exact(h);
         for (image, &(rows, cols)) in images.iter().zip(&grids) {
-            let positions = self.positions_for(image.height, image.width);
-            if let Some(cls) = &self.cls {
-                x.extend(cls.iter().zip(&positions[..h]).map(|(a, b)| a + b));
+            if self.grid == Grid::Rotary {
+                x.extend_from_slice(&self.cls);
+                for _ in 0..rows * cols {
+                    let row = next.next().ok_or_else(|| candle_core::Error::Msg("too few patch rows".into()))?;
+                    x.extend_from_slice(row);
+                }
+                continue;
             }
+            // With a position table the prefix is [CLS] alone (or nothing), each with its row.
+            let positions = self.positions_for(image.height, image.width);
+            let lead = self.cls.len();
+            x.extend(self.cls.iter().zip(&positions[..lead]).map(|(a, b)| a + b));
             for t in 0..rows * cols {
                 let row = next.next().ok_or_else(|| candle_core::Error::Msg("too few patch rows".into()))?;
-                let at = (lead + t) * h;
-                x.extend(row.iter().zip(&positions[at..at + h]).map(|(a, b)| a + b));
+                x.extend(row.iter().zip(&positions[lead + t * h..lead + (t + 1) * h]).map(|(a, b)| a + b));
             }
         }
         Ok(x)
@@ -219,8 +245,9 @@ pub fn trained_patches(image_size: usize, patch_size: usize) -> usize {
 /// ViT's and DINOv2's embedding weights.
 pub const VIT_EMBEDDINGS: EmbeddingNames = EmbeddingNames {
     cls: Some("embeddings.cls_token"),
+    registers: None,
     patch: "embeddings.patch_embeddings.projection",
-    positions: "embeddings.position_embeddings",
+    positions: Some("embeddings.position_embeddings"),
     patch_bias: true,
 };
 
@@ -303,6 +330,8 @@ pub struct LayerNames {
     pub norm_after: &'static str,
     pub up: &'static str,
     pub down: &'static str,
+    /// The gate of a gated MLP, down(act(gate(x)) * up(x)), when the model has one.
+    pub gate: Option<&'static str>,
     /// DINOv2's per-channel LayerScale after attention and after the MLP (`lambda1`).
     pub layer_scale: Option<(&'static str, &'static str)>,
 }
@@ -318,6 +347,7 @@ pub const CLIP_LAYERS: LayerNames = LayerNames {
     norm_after: "layer_norm2",
     up: "mlp.fc1",
     down: "mlp.fc2",
+    gate: None,
     layer_scale: None,
 };
 
@@ -328,8 +358,25 @@ pub struct StackShape {
     pub intermediate: usize,
     pub layers: usize,
     pub eps: f64,
-    pub qkv_bias: bool,
+    pub biases: Biases,
     pub activation: Activation,
+}
+
+/// Which of a layer's linear layers have a bias.
+#[derive(Clone, Copy)]
+pub struct Biases {
+    pub query: bool,
+    pub key: bool,
+    pub value: bool,
+    pub out: bool,
+    pub mlp: bool,
+}
+
+impl Biases {
+    /// Query, key and value as `qkv`, the attention output and the MLP with a bias.
+    pub const fn qkv(qkv: bool) -> Self {
+        Biases { query: qkv, key: qkv, value: qkv, out: true, mlp: true }
+    }
 }
 
 /// A pre-LayerNorm stack (x + attn(norm(x)), then x + mlp(norm(x))), with `final_norm`
@@ -341,14 +388,15 @@ pub fn pre_norm_stack(
     shape: &StackShape,
     final_norm: Option<Norm>,
 ) -> candle_core::Result<layers::Stack> {
-    let StackShape { hidden: h, heads, intermediate: ff, eps, qkv_bias, activation, .. } = *shape;
+    let StackShape { hidden: h, heads, intermediate: ff, eps, biases, activation, .. } = *shape;
     let scaled = |vb: &VarBuilder,
                   name: &str,
                   o: usize,
                   i: usize,
+                  bias: bool,
                   scale: Option<&str>|
      -> candle_core::Result<Linear> {
-        let (mut w, mut b) = weights::torch_parts(&vb.pp(name), o, i, true)?;
+        let (mut w, mut b) = weights::torch_parts(&vb.pp(name), o, i, bias)?;
         if let Some(scale) = scale {
             let lambda = vb.get(o, &format!("{scale}.lambda1"))?.to_vec1::<f32>()?;
             for (row, l) in w.chunks_mut(i).zip(&lambda) {
@@ -363,18 +411,40 @@ pub fn pre_norm_stack(
     let layers = (0..shape.layers)
         .map(|i| {
             let l = vb.pp(format!("{}.{i}", names.layers));
-            let part = |name: &str| weights::torch_parts(&l.pp(name), h, h, qkv_bias);
-            let qkv =
-                Linear::side_by_side(vec![part(names.query)?, part(names.key)?, part(names.value)?], h)?;
+            // A projection without a bias beside ones with: a bias of zeros (x + 0 is x).
+            let any = biases.query || biases.key || biases.value;
+            let part = |name: &str, bias: bool| -> candle_core::Result<_> {
+                let (w, b) = weights::torch_parts(&l.pp(name), h, h, bias)?;
+                Ok((w, b.or_else(|| any.then(|| vec![0.0; h]))))
+            };
+            let qkv = Linear::side_by_side(
+                vec![
+                    part(names.query, biases.query)?,
+                    part(names.key, biases.key)?,
+                    part(names.value, biases.value)?,
+                ],
+                h,
+            )?;
             let (scale_attention, scale_mlp) = names.layer_scale.unzip();
+            let down = scaled(&l, names.down, h, ff, biases.mlp, scale_mlp)?;
+            let mlp = match names.gate {
+                None => layers::Mlp::Plain { up: weights::torch_linear(&l.pp(names.up), ff, h, biases.mlp)?, down },
+                Some(gate) => layers::Mlp::Gated {
+                    gate_up: Linear::side_by_side(
+                        vec![
+                            weights::torch_parts(&l.pp(gate), ff, h, biases.mlp)?,
+                            weights::torch_parts(&l.pp(names.up), ff, h, biases.mlp)?,
+                        ],
+                        h,
+                    )?,
+                    down,
+                },
+            };
             Ok(layers::Layer {
                 qkv,
-                attention_out: scaled(&l, names.out, h, h, scale_attention)?,
+                attention_out: scaled(&l, names.out, h, h, biases.out, scale_attention)?,
                 attention_norm: weights::layer_norm(&l.pp(names.norm_before), h, eps, true)?,
-                mlp: layers::Mlp::Plain {
-                    up: weights::torch_linear(&l.pp(names.up), ff, h, true)?,
-                    down: scaled(&l, names.down, h, ff, scale_mlp)?,
-                },
+                mlp,
                 output_norm: weights::layer_norm(&l.pp(names.norm_after), h, eps, true)?,
                 qk_norms: None,
                 post_norms: None,

@@ -117,7 +117,7 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
                 intermediate: cfg.intermediate_size,
                 layers: cfg.num_hidden_layers,
                 eps: cfg.layer_norm_eps,
-                qkv_bias: cfg.qkv_bias,
+                biases: vision::Biases::qkv(cfg.qkv_bias),
                 activation: act,
             },
             Some(weights::layer_norm(&vb.pp("layernorm"), h, cfg.layer_norm_eps, true)?),
@@ -144,6 +144,7 @@ const LAYERS: LayerNames = LayerNames {
     norm_after: "layernorm_after",
     up: "intermediate.dense",
     down: "output.dense",
+    gate: None,
     layer_scale: None,
 };
 

@@ -196,7 +196,7 @@ mod load_errors {
         assert!(matches!(e, Error::Unsupported { what: "model_type", .. }) && m.contains("\"falcon\""), "{m}");
         assert_eq!(
             e.hint().unwrap(),
-            "Supported: bert, camembert, clip, clip_text_model, clip_vision_model, deberta-v2, dinov2, distilbert, electra, eurobert, gemma2, gemma3_text, gpt2, gte, jina_embeddings_v3, llama, mistral, modernbert, mpnet, new, nomic_bert, qwen2, qwen3, roberta, t5, vit, xlm-roberta, xlnet."
+            "Supported: bert, camembert, clip, clip_text_model, clip_vision_model, deberta-v2, dinov2, dinov3_vit, distilbert, electra, eurobert, gemma2, gemma3_text, gpt2, gte, jina_embeddings_v3, llama, mistral, modernbert, mpnet, new, nomic_bert, qwen2, qwen3, roberta, siglip, siglip2, siglip2_text_model, siglip2_vision_model, siglip_text_model, siglip_vision_model, t5, vit, xlm-roberta, xlnet."
         );
     }
 

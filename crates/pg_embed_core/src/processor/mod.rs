@@ -16,9 +16,14 @@
 //!
 //! A `*ImageProcessorFast` (torchvision) configuration is read too, and processed as its PIL
 //! counterpart: the PIL backend is the reference this module reproduces.
+//!
+//! DINOv3ViTImageProcessor has no PIL backend: it is torchvision's, and its steps after
+//! decoding are those of transformers' DINOv3 `_preprocess`: rescale (float32 multiply),
+//! resize on float32 with torch's antialiased bilinear filter ([`torch_resize`]), normalize.
 
 pub mod decode;
 pub mod resize;
+pub mod torch_resize;
 
 use std::path::Path;
 
@@ -52,6 +57,8 @@ pub enum ProcessorClass {
     Bit,
     Siglip,
     Siglip2,
+    /// DINOv3ViTImageProcessor (torchvision only).
+    Dinov3,
 }
 
 impl ProcessorClass {
@@ -63,23 +70,43 @@ impl ProcessorClass {
             ProcessorClass::Bit => "BitImageProcessor",
             ProcessorClass::Siglip => "SiglipImageProcessor",
             ProcessorClass::Siglip2 => "Siglip2ImageProcessor",
+            ProcessorClass::Dinov3 => "DINOv3ViTImageProcessor",
         }
     }
 
     /// The class of an `image_processor_type`, with or without the `Fast`/`Pil` suffix.
     fn from_type(name: &str) -> Option<ProcessorClass> {
         let base = name.strip_suffix("Fast").or_else(|| name.strip_suffix("Pil")).unwrap_or(name);
-        [ProcessorClass::Vit, ProcessorClass::Clip, ProcessorClass::Bit, ProcessorClass::Siglip, ProcessorClass::Siglip2]
+        [
+            ProcessorClass::Vit,
+            ProcessorClass::Clip,
+            ProcessorClass::Bit,
+            ProcessorClass::Siglip,
+            ProcessorClass::Siglip2,
+            ProcessorClass::Dinov3,
+        ]
             .into_iter()
             .find(|c| c.name() == base)
     }
 
-    /// The class attributes of transformers' `*ImageProcessorPil`, the defaults of every
-    /// setting the configuration leaves out or sets to null.
+    /// The class attributes of transformers' `*ImageProcessorPil` (DINOv3's: of its only,
+    /// torchvision, class), the defaults of every setting the configuration leaves out or
+    /// sets to null.
     fn defaults(self) -> Defaults {
         const OPENAI_CLIP_MEAN: [f64; 3] = [0.48145466, 0.4578275, 0.40821073];
         const OPENAI_CLIP_STD: [f64; 3] = [0.26862954, 0.26130258, 0.27577711];
         match self {
+            ProcessorClass::Dinov3 => Defaults {
+                do_resize: true,
+                size: Some(json!({"height": 224, "width": 224})),
+                default_to_square: true,
+                resample: Filter::Bilinear,
+                do_center_crop: false,
+                crop_size: None,
+                do_convert_rgb: false,
+                mean: [0.485, 0.456, 0.406],
+                std: [0.229, 0.224, 0.225],
+            },
             ProcessorClass::Vit => Defaults {
                 do_resize: true,
                 size: Some(json!({"height": 224, "width": 224})),
@@ -244,7 +271,8 @@ impl ImageProcessor {
                 return Err(invalid(format!("image_processor_type {other} is not a string")))
             }
         };
-        const SUPPORTED: &str = "ViTImageProcessor, CLIPImageProcessor, BitImageProcessor, SiglipImageProcessor";
+        const SUPPORTED: &str = "ViTImageProcessor, CLIPImageProcessor, BitImageProcessor, SiglipImageProcessor, \
+Siglip2ImageProcessor, DINOv3ViTImageProcessor";
         let class = ProcessorClass::from_type(&type_name)
             .ok_or_else(|| unsupported("image processor", type_name.clone(), SUPPORTED))?;
         let defaults = class.defaults();
@@ -407,6 +435,24 @@ impl ImageProcessor {
         };
 
         let convert_rgb = flag("do_convert_rgb", defaults.do_convert_rgb)?;
+        if class == ProcessorClass::Dinov3 {
+            // torch's antialiased float resize is reproduced for bilinear only; torchvision's
+            // center crop rounds its offsets unlike the PIL backend's.
+            if let Some((_, filter)) = resize.filter(|(_, f)| *f != Filter::Bilinear) {
+                return Err(unsupported(
+                    "resample",
+                    format!("{} ({}) for {type_name}", get("resample").map_or(String::new(), |v| v.to_string()), filter.name()),
+                    "2 (bilinear)",
+                ));
+            }
+            if crop.is_some() {
+                return Err(unsupported(
+                    "image processor setting",
+                    format!("do_center_crop: true for {type_name}"),
+                    "do_center_crop false",
+                ));
+            }
+        }
         Ok(ImageProcessor { class, resize, crop, rescale, normalize, convert_rgb })
     }
 
@@ -461,6 +507,9 @@ impl ImageProcessor {
 
     /// The steps after decoding, on an RGB image of at least one pixel.
     pub fn preprocess_rgb(&self, image: &Rgb8) -> Pixels {
+        if self.class == ProcessorClass::Dinov3 {
+            return self.preprocess_float(image);
+        }
         let plan = self.plan(image.height, image.width);
         let (height, width) = plan.output;
         let (top, left) = plan.offset;
@@ -504,6 +553,28 @@ impl ImageProcessor {
                 for (out, pixel) in out_row.iter_mut().zip(in_row.chunks_exact(3)) {
                     *out = finish(pixel[c], c);
                 }
+            }
+        }
+        Pixels { data, height, width }
+    }
+
+    /// The torchvision steps of DINOv3's processor: rescale (`uint8 * factor`, a float32
+    /// product), resize the float32 planes, normalize (`(x - mean) / std` in float32).
+    fn preprocess_float(&self, image: &Rgb8) -> Pixels {
+        let (h, w) = (image.height, image.width);
+        let factor = self.rescale.map(|f| f as f32);
+        let mut planes = vec![0f32; 3 * h * w];
+        for (i, pixel) in image.data.chunks_exact(3).enumerate() {
+            for c in 0..3 {
+                let v = f32::from(pixel[c]);
+                planes[c * h * w + i] = factor.map_or(v, |f| v * f);
+            }
+        }
+        let (height, width) = self.plan(h, w).resized;
+        let mut data = torch_resize::resize_bilinear_antialiased(&planes, 3, (h, w), (height, width));
+        if let Some((mean, std)) = &self.normalize {
+            for (c, plane) in data.chunks_exact_mut(height * width).enumerate() {
+                plane.iter_mut().for_each(|v| *v = (*v - mean[c]) / std[c]);
             }
         }
         Pixels { data, height, width }
@@ -645,7 +716,7 @@ mod tests {
     fn unknown_classes_and_settings_are_refused_by_name() {
         let message = |config: Value| processor(config).unwrap_err().to_string();
         assert!(
-            message(json!({"image_processor_type": "Siglip2ImageProcessor"})).contains("Siglip2ImageProcessor")
+            message(json!({"image_processor_type": "DetrImageProcessor"})).contains("DetrImageProcessor")
         );
         assert!(message(json!({})).contains("image_processor_type"));
         assert!(

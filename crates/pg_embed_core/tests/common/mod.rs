@@ -232,6 +232,7 @@ pub fn model_dirs() -> Vec<PathBuf> {
         fixtures.join("families"),
         fixtures.join("images"),
         fixtures.join("siglip"),
+        fixtures.join("dinov3"),
     ] {
         for entry in std::fs::read_dir(&group).unwrap() {
             let path = entry.unwrap().path();
