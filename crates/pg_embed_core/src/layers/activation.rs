@@ -1,7 +1,7 @@
 //! The activations of every model and head, over slices in place, and the one parser of
 //! transformers' `hidden_act` names.
 
-use super::math::{erf, sigmoid};
+use super::math::{erf, exp, sigmoid};
 
 /// An element-wise activation. The models' feed-forward activations (transformers'
 /// `hidden_act`) and the heads' (torch's modules, with torch's default parameters).
@@ -132,7 +132,12 @@ dispatch! {
         const C: f32 = 0.797_884_6; // sqrt(2 / pi)
         for v in x {
             let u = *v;
-            *v = 0.5 * u * (1.0 + (C * (u + 0.044715 * u * u * u)).tanh());
+            let y = C * (u + 0.044715 * u * u * u);
+            // tanh(y) = sign(y) (1 - e) / (1 + e) with e = e^(-2|y|) in (0, 1]: the
+            // vectorised exp (whose domain is x <= 0) instead of libm's scalar tanh. Only
+            // 1 + tanh is used, so the cancellation in 1 - e near 0 costs nothing.
+            let e = exp(-2.0 * y.abs());
+            *v = 0.5 * u * (1.0 + ((1.0 - e) / (1.0 + e)).copysign(y));
         }
     }
 }

@@ -61,8 +61,11 @@ fn softmax_rows_with_a_bias_match_the_definition() {
 #[test]
 fn activations_match_their_definitions() {
     let xs: Vec<f32> = (-300..=300).map(|i| i as f32 * 0.1).collect();
-    let cases: [(Activation, fn(f64) -> f64); 7] = [
+    let cases: [(Activation, fn(f64) -> f64); 8] = [
         (Activation::Silu, |x| x / (1.0 + (-x).exp())),
+        (Activation::GeluTanh, |x| {
+            0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh())
+        }),
         (Activation::QuickGelu, |x| x / (1.0 + (-1.702 * x).exp())),
         (Activation::Sigmoid, |x| 1.0 / (1.0 + (-x).exp())),
         (Activation::Tanh, f64::tanh),

@@ -14,12 +14,11 @@ use candle_core::Tensor;
 use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
-use super::encoder::{bad_weights, check_heads};
-use super::siglip_vision::{self, AttentionPool};
-use super::vision::{self, StackShape};
+use super::encoder::bad_weights;
+use super::siglip_vision::{self, Encoder, EncoderShape};
 use super::{Batch, Modality, Pixels};
 use crate::error::Result;
-use crate::layers::{self, Linear};
+use crate::layers::Linear;
 use crate::pooling::PoolingMode;
 use crate::prepared::Floats;
 use crate::weights;
@@ -190,54 +189,40 @@ impl Embeddings {
 #[derive(serde::Serialize, serde::Deserialize)]
 pub struct Model {
     embeddings: Embeddings,
-    stack: layers::Stack,
-    head: Option<AttentionPool>,
-    hidden: usize,
+    encoder: Encoder,
 }
 
-/// The tower under `vb`: `vision_model.*` in Siglip2Model and the classification model,
-/// bare names as transformers 5 saves Siglip2VisionModel.
 pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
-    check_heads(cfg.hidden_size, cfg.num_attention_heads)?;
-    let act = vision::activation("hidden_act", &cfg.hidden_act)?;
     let (h, p, c) = (cfg.hidden_size, cfg.patch_size, cfg.num_channels);
     let side = (cfg.num_patches as f64).sqrt() as usize;
-    let t = if vb.contains_tensor("vision_model.embeddings.patch_embedding.weight") { vb.pp("vision_model") } else { vb };
-    let load = || -> candle_core::Result<Model> {
+    let t = siglip_vision::root(vb);
+    let encoder = Encoder::load(
+        &t,
+        &EncoderShape {
+            hidden: h,
+            heads: cfg.num_attention_heads,
+            intermediate: cfg.intermediate_size,
+            layers: cfg.num_hidden_layers,
+            hidden_act: &cfg.hidden_act,
+            eps: cfg.layer_norm_eps,
+            use_head: cfg.vision_use_head,
+        },
+    )?;
+    let load = || -> candle_core::Result<Embeddings> {
         if p == 0 || side * side != cfg.num_patches {
             candle_core::bail!("num_patches {} is not a square grid of patches of {p}", cfg.num_patches);
         }
         let e = t.pp("embeddings");
         let positions = e.get((cfg.num_patches, h), "position_embedding.weight")?.flatten_all()?.to_vec1::<f32>()?;
-        let embeddings = Embeddings {
+        Ok(Embeddings {
             patch: weights::torch_linear(&e.pp("patch_embedding"), h, c * p * p, true)?,
             patch_size: p,
             channels: c,
             positions: positions.into(),
             side,
-        };
-        let eps = cfg.layer_norm_eps;
-        let stack = vision::pre_norm_stack(
-            &t,
-            &vision::CLIP_LAYERS,
-            &StackShape {
-                hidden: h,
-                heads: cfg.num_attention_heads,
-                intermediate: cfg.intermediate_size,
-                layers: cfg.num_hidden_layers,
-                eps,
-                biases: vision::Biases::qkv(true),
-                activation: act,
-            },
-            Some(weights::layer_norm(&t.pp("post_layernorm"), h, eps, true)?),
-        )?;
-        let head = cfg
-            .vision_use_head
-            .then(|| AttentionPool::load(&t.pp("head"), h, cfg.intermediate_size, cfg.num_attention_heads, eps, act))
-            .transpose()?;
-        Ok(Model { embeddings, stack, head, hidden: h })
+        })
     };
-    load().map_err(bad_weights)
+    Ok(Model { embeddings: load().map_err(bad_weights)?, encoder })
 }
 
 impl super::Config for Config {
@@ -280,17 +265,17 @@ impl super::Model for Model {
         }
         let lengths = batch.lengths()?;
         let mut x = self.embeddings.forward(batch.images, &lengths)?;
-        self.stack.try_forward(&mut x, &lengths)?;
+        self.encoder.forward(&mut x, &lengths)?;
         Ok(x)
     }
 
     fn pooler_size(&self) -> Option<usize> {
-        self.head.as_ref().map(|_| self.hidden)
+        self.encoder.pooler_size()
     }
 
     /// pooler_output: the attention-pooling head over the image's patches.
     fn pooler(&self, hidden: &[f32], batch: &Batch) -> candle_core::Result<Option<Tensor>> {
-        siglip_vision::pooled(self.head.as_ref(), hidden, batch)
+        self.encoder.pooler(hidden, batch)
     }
 
     fn image_tokens(&self, height: usize, width: usize) -> std::result::Result<usize, String> {

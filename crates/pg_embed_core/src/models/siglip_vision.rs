@@ -156,72 +156,122 @@ impl AttentionPool {
     }
 }
 
-/// `pooler_output` of a tower with or without its head: [sequences, hidden] from the
-/// tower's hidden states, or None.
-pub fn pooled(head: Option<&AttentionPool>, hidden: &[f32], batch: &Batch) -> candle_core::Result<Option<Tensor>> {
-    let Some(head) = head else { return Ok(None) };
-    let width = head.query.len();
-    Tensor::from_vec(head.forward(hidden, batch.bounds)?, (batch.len(), width), &candle_core::Device::Cpu).map(Some)
-}
-
-/// The vision tower, with its attention-pooling head when the checkpoint has one.
+/// What SigLIP's vision towers (fixed-size and NaFlex) share past their embeddings: the
+/// layers, `post_layernorm` and the attention-pooling head when the checkpoint has one.
 #[derive(serde::Serialize, serde::Deserialize)]
-pub struct Model {
-    embeddings: vision::Embeddings,
+pub struct Encoder {
     stack: layers::Stack,
     head: Option<AttentionPool>,
-    hidden: usize,
 }
 
-/// The tower under `vb`: `vision_model.*` in a SiglipModel and a classification model (and
-/// in SiglipVisionModel as transformers 4 saved it), bare names as transformers 5 saves
-/// SiglipVisionModel.
-pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
-    check_heads(cfg.hidden_size, cfg.num_attention_heads)?;
-    let act = vision::activation("hidden_act", &cfg.hidden_act)?;
-    let h = cfg.hidden_size;
-    let t = if vb.contains_tensor("vision_model.embeddings.patch_embedding.weight") {
+/// The sizes of an [`Encoder`], from either tower's config.
+pub struct EncoderShape<'a> {
+    pub hidden: usize,
+    pub heads: usize,
+    pub intermediate: usize,
+    pub layers: usize,
+    pub hidden_act: &'a str,
+    pub eps: f64,
+    pub use_head: bool,
+}
+
+/// A tower's root: `vision_model.*` in a dual encoder and a classification model (and in a
+/// vision model as transformers 4 saved it), bare names as transformers 5 saves the vision
+/// model alone.
+pub fn root(vb: VarBuilder) -> VarBuilder {
+    if vb.contains_tensor("vision_model.embeddings.patch_embedding.weight") {
         vb.pp("vision_model")
     } else {
         vb
-    };
-    let load = || -> candle_core::Result<Model> {
-        let names = EmbeddingNames {
-            cls: None,
-            patch: "embeddings.patch_embedding",
-            registers: None,
-            positions: Some("embeddings.position_embedding.weight"),
-            patch_bias: true,
+    }
+}
+
+impl Encoder {
+    /// The encoder under the tower's `root`.
+    pub fn load(root: &VarBuilder, shape: &EncoderShape) -> Result<Self> {
+        check_heads(shape.hidden, shape.heads)?;
+        let act = vision::activation("hidden_act", shape.hidden_act)?;
+        let (h, eps) = (shape.hidden, shape.eps);
+        let load = || -> candle_core::Result<Encoder> {
+            let stack = vision::pre_norm_stack(
+                root,
+                &vision::CLIP_LAYERS,
+                &StackShape {
+                    hidden: h,
+                    heads: shape.heads,
+                    intermediate: shape.intermediate,
+                    layers: shape.layers,
+                    eps,
+                    biases: vision::Biases::qkv(true),
+                    activation: act,
+                },
+                Some(weights::layer_norm(&root.pp("post_layernorm"), h, eps, true)?),
+            )?;
+            let head = shape
+                .use_head
+                .then(|| AttentionPool::load(&root.pp("head"), h, shape.intermediate, shape.heads, eps, act))
+                .transpose()?;
+            Ok(Encoder { stack, head })
         };
-        let shape = Shape {
-            hidden: h,
-            channels: cfg.num_channels,
-            image_size: cfg.image_size,
-            patch_size: cfg.patch_size,
-        };
-        let embeddings = vision::Embeddings::load(&t, &names, &shape, Grid::Fixed)?;
-        let eps = cfg.layer_norm_eps;
-        let stack = vision::pre_norm_stack(
-            &t,
-            &vision::CLIP_LAYERS,
-            &StackShape {
-                hidden: h,
-                heads: cfg.num_attention_heads,
-                intermediate: cfg.intermediate_size,
-                layers: cfg.num_hidden_layers,
-                eps,
-                biases: vision::Biases::qkv(true),
-                activation: act,
-            },
-            Some(weights::layer_norm(&t.pp("post_layernorm"), h, eps, true)?),
-        )?;
-        let head = cfg
-            .vision_use_head
-            .then(|| AttentionPool::load(&t.pp("head"), h, cfg.intermediate_size, cfg.num_attention_heads, eps, act))
-            .transpose()?;
-        Ok(Model { embeddings, stack, head, hidden: h })
+        load().map_err(bad_weights)
+    }
+
+    /// last_hidden_state of the embedded tokens `x` (sequences of `lengths`).
+    pub fn forward(&self, x: &mut [f32], lengths: &[usize]) -> candle_core::Result<()> {
+        self.stack.try_forward(x, lengths)
+    }
+
+    /// The head's width, if the tower has its head.
+    pub fn pooler_size(&self) -> Option<usize> {
+        self.head.as_ref().map(|h| h.query.len())
+    }
+
+    /// pooler_output: the attention-pooling head over each sequence's tokens.
+    pub fn pooler(&self, hidden: &[f32], batch: &Batch) -> candle_core::Result<Option<Tensor>> {
+        let (Some(head), Some(width)) = (&self.head, self.pooler_size()) else { return Ok(None) };
+        Tensor::from_vec(head.forward(hidden, batch.bounds)?, (batch.len(), width), &candle_core::Device::Cpu).map(Some)
+    }
+}
+
+/// The vision tower.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub struct Model {
+    embeddings: vision::Embeddings,
+    encoder: Encoder,
+}
+
+pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
+    let t = root(vb);
+    let names = EmbeddingNames {
+        cls: None,
+        patch: "embeddings.patch_embedding",
+        registers: None,
+        positions: Some("embeddings.position_embedding.weight"),
+        patch_bias: true,
     };
-    load().map_err(bad_weights)
+    let shape = Shape {
+        hidden: cfg.hidden_size,
+        channels: cfg.num_channels,
+        image_size: cfg.image_size,
+        patch_size: cfg.patch_size,
+    };
+    let encoder = Encoder::load(&t, &cfg.encoder_shape())?;
+    let embeddings = vision::Embeddings::load(&t, &names, &shape, Grid::Fixed).map_err(bad_weights)?;
+    Ok(Model { embeddings, encoder })
+}
+
+impl Config {
+    fn encoder_shape(&self) -> EncoderShape<'_> {
+        EncoderShape {
+            hidden: self.hidden_size,
+            heads: self.num_attention_heads,
+            intermediate: self.intermediate_size,
+            layers: self.num_hidden_layers,
+            hidden_act: &self.hidden_act,
+            eps: self.layer_norm_eps,
+            use_head: self.vision_use_head,
+        }
+    }
 }
 
 impl super::Config for Config {
@@ -259,16 +309,22 @@ impl super::Config for Config {
 impl super::Model for Model {
     /// last_hidden_state: the stack's output through `post_layernorm`.
     fn forward(&self, batch: &Batch) -> candle_core::Result<Vec<f32>> {
-        vision::forward(&self.embeddings, None, &self.stack, batch)
+        if !batch.is_image() {
+            candle_core::bail!("this model takes images, not text");
+        }
+        let lengths = batch.lengths()?;
+        let mut x = self.embeddings.forward(batch.images, &lengths)?;
+        self.encoder.forward(&mut x, &lengths)?;
+        Ok(x)
     }
 
     fn pooler_size(&self) -> Option<usize> {
-        self.head.as_ref().map(|_| self.hidden)
+        self.encoder.pooler_size()
     }
 
     /// pooler_output: the attention-pooling head over every token.
     fn pooler(&self, hidden: &[f32], batch: &Batch) -> candle_core::Result<Option<Tensor>> {
-        pooled(self.head.as_ref(), hidden, batch)
+        self.encoder.pooler(hidden, batch)
     }
 
     fn image_tokens(&self, height: usize, width: usize) -> std::result::Result<usize, String> {
