@@ -61,16 +61,47 @@ impl Axis {
         Axis { windows }
     }
 
-    /// The output at one window over the inputs `at(j)`.
-    #[inline]
-    fn apply(window: &(usize, Vec<f32>), at: impl Fn(usize) -> f32) -> f32 {
-        let (first, weights) = window;
-        let Some((w0, rest)) = weights.split_first() else { return 0.0 };
-        let mut sum = at(*first) * w0;
-        for (j, w) in rest.iter().enumerate() {
-            sum = at(first + 1 + j).mul_add(*w, sum);
+}
+
+dispatch! {
+    /// The width pass: each row of `src` (rows of `width`) through every window, into the
+    /// rows of `out` (rows of as many values as windows). Each output is its window's first
+    /// input times its weight, then the next inputs fused-multiply-added in order.
+    fn across(src: &[f32], width: usize, windows: &[(usize, Vec<f32>)], out: &mut [f32]) {
+        for (row, dst) in src.chunks_exact(width).zip(out.chunks_exact_mut(windows.len().max(1))) {
+            for (o, (first, weights)) in dst.iter_mut().zip(windows) {
+                let Some((w0, rest)) = weights.split_first() else {
+                    *o = 0.0;
+                    continue;
+                };
+                let mut sum = row[*first] * w0;
+                for (x, w) in row[first + 1..].iter().zip(rest) {
+                    sum = x.mul_add(*w, sum);
+                }
+                *o = sum;
+            }
         }
-        sum
+    }
+}
+
+dispatch! {
+    /// The height pass: each plane of `src` (`height` rows of `width`) through every window,
+    /// whole rows at a time (the same order of operations per value as `across`).
+    fn down(src: &[f32], height: usize, width: usize, windows: &[(usize, Vec<f32>)], out: &mut [f32]) {
+        let plane_out = windows.len() * width;
+        for (plane, dst) in src.chunks_exact(height * width).zip(out.chunks_exact_mut(plane_out.max(1))) {
+            for ((first, weights), row) in windows.iter().zip(dst.chunks_exact_mut(width)) {
+                let Some((w0, rest)) = weights.split_first() else {
+                    row.fill(0.0);
+                    continue;
+                };
+                let source = |j: usize| &plane[(first + j) * width..(first + j + 1) * width];
+                row.iter_mut().zip(source(0)).for_each(|(o, x)| *o = x * w0);
+                for (j, w) in rest.iter().enumerate() {
+                    row.iter_mut().zip(source(j + 1)).for_each(|(o, x)| *o = x.mul_add(*w, *o));
+                }
+            }
+        }
     }
 }
 
@@ -84,20 +115,14 @@ pub fn resize_bilinear_antialiased(
     let mut current = planes.to_vec();
     if out_width != width {
         let axis = Axis::new(width, out_width);
-        let mut next = Vec::with_capacity(channels * height * out_width);
-        for row in current.chunks_exact(width) {
-            next.extend(axis.windows.iter().map(|w| Axis::apply(w, |j| row[j])));
-        }
+        let mut next = vec![0f32; channels * height * out_width];
+        across(&current, width, &axis.windows, &mut next);
         current = next;
     }
     if out_height != height {
         let axis = Axis::new(height, out_height);
-        let mut next = Vec::with_capacity(channels * out_height * out_width);
-        for plane in current.chunks_exact(height * out_width) {
-            for window in &axis.windows {
-                next.extend((0..out_width).map(|x| Axis::apply(window, |j| plane[j * out_width + x])));
-            }
-        }
+        let mut next = vec![0f32; channels * out_height * out_width];
+        down(&current, height, out_width, &axis.windows, &mut next);
         current = next;
     }
     current
