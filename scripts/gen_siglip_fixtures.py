@@ -165,69 +165,48 @@ def build(out):
     tok = tf.AutoTokenizer.from_pretrained(d)
     tok.model_max_length = TEXT_LENGTH
     tok.save_pretrained(d)
-    torch.manual_seed(SEED)
-    model = tf.SiglipModel(siglip_config(vocab_size, tok.pad_token_id, tok.eos_token_id)).eval()
-    randomize(model, SEED)
-    model.save_pretrained(d, safe_serialization=True)
-    gif.image_processor("SiglipImageProcessorPil", PROCESSOR).save_pretrained(d)
-    built["siglip"] = (model, "siglip")
+    # (family, config, dual encoder, vision tower, classifier, processor class and settings, seed)
+    families = [("siglip", siglip_config, tf.SiglipModel, tf.SiglipVisionModel, tf.SiglipForImageClassification,
+                 "SiglipImageProcessorPil", PROCESSOR, SEED),
+                ("siglip2", siglip2_config, tf.Siglip2Model, tf.Siglip2VisionModel, tf.Siglip2ForImageClassification,
+                 "Siglip2ImageProcessorPil", PROCESSOR2, SEED + 2)]
+    for family, config, dual_cls, vision_cls, classify_cls, proc_cls, proc_kwargs, seed in families:
+        def save(name, m, kind, processor=True):
+            d = os.path.join(out, name)
+            os.makedirs(d, exist_ok=True)
+            m.save_pretrained(d, safe_serialization=True)
+            if processor:
+                gif.image_processor(proc_cls, proc_kwargs).save_pretrained(d)
+            built[name] = (m, kind)
+            return d
 
-    vision = tf.SiglipVisionModel(model.config.vision_config).eval()
-    vision.load_state_dict(model.vision_model.state_dict(), strict=True)
-    d = os.path.join(out, "siglip_vision")
-    vision.save_pretrained(d, safe_serialization=True)
-    gif.image_processor("SiglipImageProcessorPil", PROCESSOR).save_pretrained(d)
-    built["siglip_vision"] = (vision, "vision")
+        torch.manual_seed(seed)
+        model = dual_cls(config(vocab_size, tok.pad_token_id, tok.eos_token_id)).eval()
+        randomize(model, seed)
+        d = save(family, model, "siglip")
+        for f in ("tokenizer.json", "tokenizer_config.json"):
+            if not os.path.exists(os.path.join(d, f)):
+                shutil.copy(os.path.join(out, "siglip", f), os.path.join(d, f))
 
-    text = tf.SiglipTextModel(model.config.text_config).eval()
-    text.load_state_dict(model.text_model.state_dict(), strict=True)
-    d = os.path.join(out, "siglip_text")
-    text.save_pretrained(d, safe_serialization=True)
-    for f in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(os.path.join(out, "siglip", f), os.path.join(d, f))
-    built["siglip_text"] = (text, "text")
+        vision = vision_cls(model.config.vision_config).eval()
+        vision.load_state_dict(model.vision_model.state_dict(), strict=True)
+        save(f"{family}_vision", vision, "vision")
 
-    cfg = siglip_config(vocab_size, tok.pad_token_id, tok.eos_token_id)
-    cfg.num_labels = len(LABELS)
-    cfg.id2label = dict(enumerate(LABELS))
-    cfg.label2id = {v: k for k, v in enumerate(LABELS)}
-    torch.manual_seed(SEED + 1)
-    classify = tf.SiglipForImageClassification(cfg).eval()
-    gif.randomize(classify, SEED + 1)
-    d = os.path.join(out, "siglip_classify")
-    classify.save_pretrained(d, safe_serialization=True)
-    gif.image_processor("SiglipImageProcessorPil", PROCESSOR).save_pretrained(d)
-    built["siglip_classify"] = (classify, "classify")
+        if family == "siglip":
+            text = tf.SiglipTextModel(model.config.text_config).eval()
+            text.load_state_dict(model.text_model.state_dict(), strict=True)
+            d = save("siglip_text", text, "text", processor=False)
+            for f in ("tokenizer.json", "tokenizer_config.json"):
+                shutil.copy(os.path.join(out, "siglip", f), os.path.join(d, f))
 
-    d = os.path.join(out, "siglip2")
-    os.makedirs(d)
-    for f in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(os.path.join(out, "siglip", f), os.path.join(d, f))
-    torch.manual_seed(SEED + 2)
-    model2 = tf.Siglip2Model(siglip2_config(vocab_size, tok.pad_token_id, tok.eos_token_id)).eval()
-    randomize(model2, SEED + 2)
-    model2.save_pretrained(d, safe_serialization=True)
-    gif.image_processor("Siglip2ImageProcessorPil", PROCESSOR2).save_pretrained(d)
-    built["siglip2"] = (model2, "siglip")
-
-    vision2 = tf.Siglip2VisionModel(model2.config.vision_config).eval()
-    vision2.load_state_dict(model2.vision_model.state_dict(), strict=True)
-    d = os.path.join(out, "siglip2_vision")
-    vision2.save_pretrained(d, safe_serialization=True)
-    gif.image_processor("Siglip2ImageProcessorPil", PROCESSOR2).save_pretrained(d)
-    built["siglip2_vision"] = (vision2, "vision")
-
-    cfg = siglip2_config(vocab_size, tok.pad_token_id, tok.eos_token_id)
-    cfg.num_labels = len(LABELS)
-    cfg.id2label = dict(enumerate(LABELS))
-    cfg.label2id = {v: k for k, v in enumerate(LABELS)}
-    torch.manual_seed(SEED + 3)
-    classify2 = tf.Siglip2ForImageClassification(cfg).eval()
-    gif.randomize(classify2, SEED + 3)
-    d = os.path.join(out, "siglip2_classify")
-    classify2.save_pretrained(d, safe_serialization=True)
-    gif.image_processor("Siglip2ImageProcessorPil", PROCESSOR2).save_pretrained(d)
-    built["siglip2_classify"] = (classify2, "classify")
+        cfg = config(vocab_size, tok.pad_token_id, tok.eos_token_id)
+        cfg.num_labels = len(LABELS)
+        cfg.id2label = dict(enumerate(LABELS))
+        cfg.label2id = {v: k for k, v in enumerate(LABELS)}
+        torch.manual_seed(seed + 1)
+        classify = classify_cls(cfg).eval()
+        gif.randomize(classify, seed + 1)
+        save(f"{family}_classify", classify, "classify")
 
     d = os.path.join(out, "siglip_spm")
     os.makedirs(d)

@@ -10,13 +10,12 @@
 //! packs the images' own patches, which gives the same states (a masked key is seen by no
 //! query) without the padding.
 
-use candle_core::Tensor;
 use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
 use super::encoder::bad_weights;
 use super::siglip_vision::{self, Encoder, EncoderShape};
-use super::{Batch, Modality, Pixels};
+use super::{Modality, Pixels};
 use crate::error::Result;
 use crate::layers::Linear;
 use crate::pooling::PoolingMode;
@@ -86,7 +85,7 @@ mod d {
 
 /// Patches and resized positions.
 #[derive(serde::Serialize, serde::Deserialize)]
-struct Embeddings {
+pub struct Embeddings {
     /// [hidden, patch * patch * channels]: inputs in (row, column, channel) order.
     patch: Linear,
     patch_size: usize,
@@ -110,6 +109,15 @@ fn axis_weights(grid: usize, size: usize) -> Vec<f32> {
         out.extend(row.iter().map(|w| w / sum));
     }
     out
+}
+
+impl siglip_vision::Patches for Embeddings {
+    fn embed(&self, images: &[Pixels], lengths: &[usize]) -> candle_core::Result<Vec<f32>> {
+        self.forward(images, lengths)
+    }
+    fn tokens(&self, height: usize, width: usize) -> std::result::Result<usize, String> {
+        Embeddings::tokens(self, height, width)
+    }
 }
 
 impl Embeddings {
@@ -186,11 +194,8 @@ impl Embeddings {
     }
 }
 
-#[derive(serde::Serialize, serde::Deserialize)]
-pub struct Model {
-    embeddings: Embeddings,
-    encoder: Encoder,
-}
+/// SigLIP 2's NaFlex tower.
+pub type Model = siglip_vision::Tower<Embeddings>;
 
 pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
     let (h, p, c) = (cfg.hidden_size, cfg.patch_size, cfg.num_channels);
@@ -222,7 +227,7 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
             side,
         })
     };
-    Ok(Model { embeddings: load().map_err(bad_weights)?, encoder })
+    Ok(siglip_vision::Tower { embeddings: load().map_err(bad_weights)?, encoder })
 }
 
 impl super::Config for Config {
@@ -257,28 +262,3 @@ impl super::Config for Config {
     }
 }
 
-impl super::Model for Model {
-    /// last_hidden_state of the image's own patches: the stack through `post_layernorm`.
-    fn forward(&self, batch: &Batch) -> candle_core::Result<Vec<f32>> {
-        if !batch.is_image() {
-            candle_core::bail!("this model takes images, not text");
-        }
-        let lengths = batch.lengths()?;
-        let mut x = self.embeddings.forward(batch.images, &lengths)?;
-        self.encoder.forward(&mut x, &lengths)?;
-        Ok(x)
-    }
-
-    fn pooler_size(&self) -> Option<usize> {
-        self.encoder.pooler_size()
-    }
-
-    /// pooler_output: the attention-pooling head over the image's patches.
-    fn pooler(&self, hidden: &[f32], batch: &Batch) -> candle_core::Result<Option<Tensor>> {
-        self.encoder.pooler(hidden, batch)
-    }
-
-    fn image_tokens(&self, height: usize, width: usize) -> std::result::Result<usize, String> {
-        self.embeddings.tokens(height, width)
-    }
-}

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::encoder::{bad_weights, check_heads};
 use super::vision::{self, EmbeddingNames, Grid, Shape, StackShape};
-use super::{Batch, Modality};
+use super::{Batch, Modality, Pixels};
 use crate::error::Result;
 use crate::layers::{self, Activation, Linear, Norm};
 use crate::pooling::PoolingMode;
@@ -233,12 +233,31 @@ impl Encoder {
     }
 }
 
-/// The vision tower.
-#[derive(serde::Serialize, serde::Deserialize)]
-pub struct Model {
-    embeddings: vision::Embeddings,
-    encoder: Encoder,
+/// What a tower's embeddings give: the packed tokens of its images, and how many tokens an
+/// image of a size makes (SigLIP's fixed grid, or SigLIP 2's NaFlex patches).
+pub trait Patches {
+    fn embed(&self, images: &[Pixels], lengths: &[usize]) -> candle_core::Result<Vec<f32>>;
+    fn tokens(&self, height: usize, width: usize) -> std::result::Result<usize, String>;
 }
+
+impl Patches for vision::Embeddings {
+    fn embed(&self, images: &[Pixels], lengths: &[usize]) -> candle_core::Result<Vec<f32>> {
+        self.forward(images, lengths)
+    }
+    fn tokens(&self, height: usize, width: usize) -> std::result::Result<usize, String> {
+        vision::Embeddings::tokens(self, height, width)
+    }
+}
+
+/// A vision tower: embeddings, then the [`Encoder`].
+#[derive(serde::Serialize, serde::Deserialize)]
+pub struct Tower<E> {
+    pub(super) embeddings: E,
+    pub(super) encoder: Encoder,
+}
+
+/// SigLIP's fixed-size tower.
+pub type Model = Tower<vision::Embeddings>;
 
 pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
     let t = root(vb);
@@ -306,14 +325,14 @@ impl super::Config for Config {
     }
 }
 
-impl super::Model for Model {
+impl<E: Patches + Send + Sync + serde::Serialize> super::Model for Tower<E> {
     /// last_hidden_state: the stack's output through `post_layernorm`.
     fn forward(&self, batch: &Batch) -> candle_core::Result<Vec<f32>> {
         if !batch.is_image() {
             candle_core::bail!("this model takes images, not text");
         }
         let lengths = batch.lengths()?;
-        let mut x = self.embeddings.forward(batch.images, &lengths)?;
+        let mut x = self.embeddings.embed(batch.images, &lengths)?;
         self.encoder.forward(&mut x, &lengths)?;
         Ok(x)
     }
