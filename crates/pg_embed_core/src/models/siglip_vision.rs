@@ -125,7 +125,7 @@ impl AttentionPool {
         let kv = self.key_value.apply(hidden);
         let d = h / self.heads;
         let scale = 1.0 / (d as f32).sqrt();
-        let mut context = vec![0f32; (bounds.len() - 1) * h];
+        let mut context = vec![0f32; bounds.len().saturating_sub(1) * h];
         for (s, w) in bounds.windows(2).enumerate() {
             if w[1] <= w[0] {
                 candle_core::bail!("an empty sequence has no pooled output");
