@@ -326,7 +326,15 @@ Siglip2ImageProcessor, DINOv3ViTImageProcessor";
                     unsupported("resample", v.to_string(), "0 to 7 (PIL's filters)")
                 })?,
             };
-            // Siglip2ImageProcessor always resizes: the patches must fill the image.
+            // The patches must fill the image: without the resize transformers cuts an image
+            // whose sides are not multiples of the patch (or fails), which is not reproduced.
+            if !flag("do_resize", true)? {
+                return Err(unsupported(
+                    "image processor setting",
+                    "do_resize: false".into(),
+                    "do_resize true for Siglip2ImageProcessor",
+                ));
+            }
             Some((size, filter))
         } else if flag("do_resize", defaults.do_resize)? {
             let size = get("size")
@@ -722,6 +730,8 @@ mod tests {
         assert!(
             message(json!({"image_processor_type": "ViTImageProcessor", "resample": 8})).contains("resample")
         );
+        assert!(message(json!({"image_processor_type": "Siglip2ImageProcessor", "do_resize": false}))
+            .contains("do_resize"));
         assert!(message(json!({"image_processor_type": "ViTImageProcessor", "size": {"longest_edge": 5}}))
             .contains("longest_edge"));
         assert!(message(json!({"image_processor_type": "ViTImageProcessor", "size": 0})).contains("size"));
