@@ -309,6 +309,19 @@ Siglip2ImageProcessor, DINOv3ViTImageProcessor";
         }
 
         let default_to_square = flag("default_to_square", defaults.default_to_square)?;
+        // The resize's filter, read only where the processor resizes.
+        let resample = || -> Result<Filter> {
+            match get("resample") {
+                None => Ok(defaults.resample),
+                Some(v) => v.as_i64().and_then(Filter::from_pil).ok_or_else(|| {
+                    unsupported(
+                        "resample",
+                        v.to_string(),
+                        "0 (nearest), 1 (lanczos), 2 (bilinear), 3 (bicubic), 4 (box), 5 (hamming), 6 (mks2013), 7 (mks2021)",
+                    )
+                }),
+            }
+        };
         let resize = if class == ProcessorClass::Siglip2 {
             let count = |key: &str, default: usize| -> Result<usize> {
                 match get(key) {
@@ -320,12 +333,7 @@ Siglip2ImageProcessor, DINOv3ViTImageProcessor";
                 }
             };
             let size = Size::Patches { patch: count("patch_size", 16)?, max: count("max_num_patches", 256)? };
-            let filter = match get("resample") {
-                None => defaults.resample,
-                Some(v) => v.as_i64().and_then(Filter::from_pil).ok_or_else(|| {
-                    unsupported("resample", v.to_string(), "0 to 7 (PIL's filters)")
-                })?,
-            };
+            let filter = resample()?;
             // The patches must fill the image: without the resize transformers cuts an image
             // whose sides are not multiples of the patch (or fails), which is not reproduced.
             if !flag("do_resize", true)? {
@@ -348,16 +356,7 @@ Siglip2ImageProcessor, DINOv3ViTImageProcessor";
                     "{\"height\", \"width\"}, {\"shortest_edge\"}, an integer or [height, width]",
                 ),
             })?;
-            let filter = match get("resample") {
-                None => defaults.resample,
-                Some(v) => v.as_i64().and_then(Filter::from_pil).ok_or_else(|| {
-                    unsupported(
-                        "resample",
-                        v.to_string(),
-                        "0 (nearest), 1 (lanczos), 2 (bilinear), 3 (bicubic), 4 (box), 5 (hamming), 6 (mks2013), 7 (mks2021)",
-                    )
-                })?,
-            };
+            let filter = resample()?;
             Some((size, filter))
         } else {
             None
