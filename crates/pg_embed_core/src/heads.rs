@@ -222,3 +222,48 @@ impl Dense {
 fn linear(weight: &Tensor, bias: Option<&Tensor>, file: &Path) -> Result<Linear> {
     crate::weights::linear_of(weight, bias).map_err(|e| Error::invalid_file(file, e))
 }
+
+impl Dense {
+    /// A `torch.nn.Linear` saved as a `.pt` state dict (`weight` [out, in], optional
+    /// `bias` [out]; see `crate::torch_pt`), with no activation: bge-m3's heads.
+    pub fn from_torch_linear(file: &Path, in_features: usize) -> Result<Self> {
+        let mut tensors = crate::torch_pt::read_state_dict(file)?;
+        if let Some(other) = tensors.keys().find(|k| !matches!(k.as_str(), "weight" | "bias")) {
+            return Err(Error::invalid_file(file, format!("tensor \"{other}\" is not one of a Linear layer's (weight, bias)")));
+        }
+        let (shape, weight) = tensors
+            .remove("weight")
+            .ok_or_else(|| Error::invalid_file(file, "cannot find tensor weight"))?;
+        let out_features = match shape[..] {
+            [out, input] if input == in_features => out,
+            _ => {
+                return Err(Error::invalid_file(
+                    file,
+                    format!("weight has shape {shape:?}, expected [out, {in_features}] (the backbone's hidden size)"),
+                ))
+            }
+        };
+        let bias = match tensors.remove("bias") {
+            Some((shape, values)) if shape == [out_features] => Some(values),
+            Some((shape, _)) => {
+                return Err(Error::invalid_file(file, format!("bias has shape {shape:?}, expected [{out_features}]")))
+            }
+            None => None,
+        };
+        let tensor = |values: Vec<f32>, shape: &[usize]| {
+            Tensor::from_vec(values, shape, &candle_core::Device::Cpu).map_err(|e| Error::invalid_file(file, e))
+        };
+        let weight = tensor(weight, &[out_features, in_features])?;
+        let has_bias = bias.is_some();
+        let bias = bias.map(|b| tensor(b, &[out_features])).transpose()?;
+        Ok(Dense {
+            linear: linear(&weight, bias.as_ref(), file)?,
+            activation: Activation::Identity,
+            residual: Residual::None,
+            has_bias,
+            in_features,
+            out_features,
+            from: file.display().to_string(),
+        })
+    }
+}

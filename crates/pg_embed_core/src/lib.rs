@@ -8,11 +8,13 @@ pub mod classifier;
 pub mod cpu;
 pub mod error;
 pub mod heads;
+pub mod late;
 pub mod hub;
 // `#[macro_use]`: its `dispatch!` macro serves the modules after it (kernels).
 #[macro_use]
 pub mod layers;
 pub mod kernels;
+pub mod maxsim;
 pub mod mlm;
 pub mod models;
 pub mod options;
@@ -26,4 +28,5 @@ pub mod sparse;
 pub mod st;
 pub mod stages;
 pub mod threads;
+pub mod torch_pt;
 pub mod weights;

@@ -69,6 +69,8 @@ enum Kind {
     /// module), or Dense heads per route after pooling (an asymmetric dense model;
     /// `models.Asym` before sentence-transformers 5).
     Router,
+    /// PyLate's Dense: a projection of every token (a ColBERT model, no pooling).
+    TokenDense,
 }
 
 /// Module class paths as modules.json stores them: sentence-transformers < 6 and 6.x.
@@ -99,11 +101,14 @@ const MODULES: &[(&str, Kind)] = &[
     ("sentence_transformers.base.modules.router.Router", Kind::Router),
     // sentence-transformers < 5 (5 and later: an alias of Router).
     ("sentence_transformers.models.Asym", Kind::Router),
+    // PyLate (ColBERT): Dense projections of the token embeddings.
+    ("pylate.models.Dense.Dense", Kind::TokenDense),
 ];
 const SUPPORTED_MODULES: &str = "Transformer, Pooling, Dense, Normalize, StaticEmbedding, CLIPModel, MLMTransformer, \
      SpladePooling, a Router of SparseStaticEmbedding and MLMTransformer + SpladePooling, and a Router \
      (or Asym) of Dense modules per route after Pooling \
-     (sentence_transformers.models.* and sparse_encoder.models.* or their 6.x paths)";
+     (sentence_transformers.models.* and sparse_encoder.models.* or their 6.x paths), and PyLate's Dense \
+     (pylate.models.Dense.Dense) after a Transformer";
 /// The kind of a module class path: one of [`MODULES`], or another path of
 /// sentence-transformers ending in the same class name (the modules moved between releases:
 /// `models.X`, `sparse_encoder.models.X`, `base.modules.x.X`, ...).
@@ -119,7 +124,8 @@ fn kind_of_class(class: &str) -> Option<Kind> {
 const SUPPORTED_ORDERS: &str = "Transformer, then Pooling, Dense..., Normalize; StaticEmbedding, then \
      Dense..., Normalize; either with one Router (or Asym) of Dense modules per route among the Dense \
      modules; Transformer (transformer_task fill-mask) or MLMTransformer, then SpladePooling; \
-     a Router of SparseStaticEmbedding (query) and MLMTransformer + SpladePooling (document)";
+     a Router of SparseStaticEmbedding (query) and MLMTransformer + SpladePooling (document); \
+     Transformer, then PyLate's Dense modules (ColBERT)";
 /// What the routes of a Router after pooling may hold.
 const SUPPORTED_DENSE_ROUTES: &str = "routes of Dense modules only (sentence_embedding in and out), chosen by \
      task; an input module (Transformer, StaticEmbedding) per route is computed only as the inference-free \
@@ -414,6 +420,9 @@ pub struct Layout {
     pub normalize: bool,
     /// Named prompts and the default prompt name (config_sentence_transformers.json).
     pub prompts: ModelConfig,
+    /// A ColBERT model as PyLate saves it: its Dense folders (projections of every token)
+    /// and its settings (config_sentence_transformers.json).
+    pub colbert: Option<(Vec<PathBuf>, crate::late::ColbertConfig)>,
 }
 
 /// model2vec's config.json.
@@ -485,6 +494,7 @@ impl Layout {
             router: None,
             normalize: false,
             prompts: ModelConfig::default(),
+            colbert: None,
         };
         if let Some(config) = model2vec {
             let normalize = config.normalize;
@@ -565,6 +575,19 @@ impl Layout {
                         include_prompt: cfg.include_prompt,
                         path,
                     });
+                }
+                Some(Kind::TokenDense)
+                    if layout.encoder == Encoder::Transformer
+                        && seen_transformer
+                        && layout.pooling.is_none()
+                        && layout.dense.is_empty()
+                        && !layout.normalize =>
+                {
+                    let path = dir.join("config_sentence_transformers.json");
+                    match &mut layout.colbert {
+                        Some((folders, _)) => folders.push(folder),
+                        None => layout.colbert = Some((vec![folder], read_json_opt(&path)?.unwrap_or_default())),
+                    }
                 }
                 // Sentence-transformers builds Normalize without reading its folder,
                 // which released models often do not ship.

@@ -218,6 +218,22 @@ impl Tensors {
             }
             files.push((path.clone(), file));
         }
+        // The legacy names of a LayerNorm's parameters, which transformers renames on load
+        // (`LayerNorm.gamma` -> `.weight`, `LayerNorm.beta` -> `.bias`; old BERT
+        // checkpoints, and BERT folders transformers 5.3 saves).
+        let legacy: Vec<String> =
+            places.keys().filter(|n| n.ends_with("LayerNorm.gamma") || n.ends_with("LayerNorm.beta")).cloned().collect();
+        for name in legacy {
+            let renamed = match name.strip_suffix("gamma") {
+                Some(stem) => format!("{stem}weight"),
+                None => format!("{}bias", name.trim_end_matches("beta")),
+            };
+            if !places.contains_key(&renamed) {
+                if let Some(place) = places.remove(&name) {
+                    places.insert(renamed, place);
+                }
+            }
+        }
         Ok(Tensors { files, places })
     }
 

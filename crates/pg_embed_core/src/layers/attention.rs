@@ -37,6 +37,42 @@ pub trait ScoreTerm: Send + Sync {
     );
 }
 
+/// Added to a hidden key's scores: its softmax weight underflows to 0 beside any seen key.
+pub const HIDDEN_KEY: f32 = -1e30;
+
+/// A score term that keeps each sequence's keys to its first tokens: the tokens after them
+/// are queries only (transformers' attention mask over padding that is still computed, as
+/// ColBERT's query expansion tokens are).
+pub struct KeyLimits {
+    /// (first token in the batch, keys) of every sequence with tokens that are not keys,
+    /// by first token ascending.
+    limits: Vec<(usize, usize)>,
+}
+
+impl KeyLimits {
+    /// `keys[i]` of the sequence at `bounds[i]..bounds[i + 1]` are keys.
+    pub fn new(bounds: &[usize], keys: &[usize]) -> Self {
+        let limits = bounds
+            .windows(2)
+            .zip(keys)
+            .filter(|(b, &k)| k < b[1] - b[0])
+            .map(|(b, &k)| (b[0], k.max(1)))
+            .collect();
+        KeyLimits { limits }
+    }
+}
+
+impl ScoreTerm for KeyLimits {
+    fn add(&self, _: usize, _: usize, offset: usize, _: &[f32], _: &[f32], _: usize, len: usize, scores: &mut [f32]) {
+        if let Ok(i) = self.limits.binary_search_by_key(&offset, |(first, _)| *first) {
+            let keys = self.limits[i].1.min(len);
+            for row in scores.chunks_exact_mut(len) {
+                row[keys..].iter_mut().for_each(|s| *s += HIDDEN_KEY);
+            }
+        }
+    }
+}
+
 /// The relative-position bucket of transformers' T5 and MPNet (bidirectional): half the
 /// buckets for keys after the query, exact buckets for the nearest positions and
 /// logarithmic ones up to `max_distance`. Computed in float32 as torch computes it, so the

@@ -69,7 +69,7 @@ mod stack;
 mod tests;
 
 pub use activation::Activation;
-pub use attention::{relative_position_bucket, AttentionBias, RelativeBias, Rotary, ScoreTerm};
+pub use attention::{relative_position_bucket, AttentionBias, KeyLimits, RelativeBias, Rotary, ScoreTerm};
 pub use embedding::{lengths_of, Embedding};
 pub use linear::{torch_product, with_precision, Linear, Weight};
 pub use math::{erf, exp};

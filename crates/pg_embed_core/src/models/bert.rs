@@ -130,6 +130,11 @@ impl super::Config for Config {
 }
 
 impl super::Model for Model {
+    /// Tokens that are queries only are hidden as keys (`Batch::keys`).
+    fn hides_keys(&self) -> bool {
+        true
+    }
+
     fn forward(&self, batch: &Batch) -> candle_core::Result<Vec<f32>> {
         self.encoder.forward(batch)
     }

@@ -285,7 +285,8 @@ impl Encoder {
             packed = project.apply(&packed);
         }
         let bias = bias.map(|(values, size)| layers::AttentionBias { values, size });
-        self.layers.forward(&mut packed, &lengths, bias.as_ref());
+        let keys = batch.key_limits()?;
+        self.layers.forward_with(&mut packed, &lengths, bias.as_ref(), keys.as_ref().map(|k| k as &dyn layers::ScoreTerm));
         Ok(packed)
     }
 }

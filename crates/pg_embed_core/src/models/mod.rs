@@ -63,6 +63,11 @@ pub struct Batch<'a> {
     pub bounds: &'a [usize],
     /// The images of an image batch (empty for text).
     pub images: &'a [Pixels],
+    /// Per sequence, how many of its first tokens are attention keys: the rest are queries
+    /// only, as transformers' attention mask hides padding (ColBERT's query expansion with
+    /// `attend_to_expansion_tokens` false). Empty: every token is a key. Only models whose
+    /// [`Model::hides_keys`] is true read it.
+    pub keys: &'a [usize],
 }
 
 /// What a model takes as input.
@@ -137,7 +142,18 @@ impl<'a> Batch<'a> {
 
     /// A text batch.
     pub fn text(ids: &'a [u32], type_ids: &'a [u32], bounds: &'a [usize]) -> Self {
-        Batch { ids, type_ids, bounds, images: &[] }
+        Batch { ids, type_ids, bounds, images: &[], keys: &[] }
+    }
+
+    /// The sequences' key counts, one per sequence (see `keys`).
+    pub fn key_limits(&self) -> candle_core::Result<Option<crate::layers::KeyLimits>> {
+        if self.keys.is_empty() {
+            return Ok(None);
+        }
+        if self.keys.len() != self.len() {
+            candle_core::bail!("{} key counts for {} sequences", self.keys.len(), self.len());
+        }
+        Ok(Some(crate::layers::KeyLimits::new(self.bounds, self.keys)))
     }
 }
 
@@ -148,6 +164,11 @@ pub trait Model: Send + Sync + Prepare {
     /// The last hidden states [tokens, hidden] of every token of `batch`, row-major, in the
     /// batch's order. A sequence's result does not depend on the others in its batch.
     fn forward(&self, batch: &Batch) -> candle_core::Result<Vec<f32>>;
+
+    /// Whether `forward` honours [`Batch::keys`] (tokens that are queries only).
+    fn hides_keys(&self) -> bool {
+        false
+    }
 
     /// The width of the pooler output (transformers' `pooler_output`), if the checkpoint
     /// carries a pooler.

@@ -45,6 +45,13 @@ impl Pipeline {
         let bdir = layout.backbone_dir.as_path();
         let sparse = layout.sparse.is_some();
         let is_static = matches!(layout.encoder, Encoder::Static | Encoder::Model2Vec);
+        // bge-m3: its token heads beside the backbone, as FlagEmbedding saves them.
+        let m3 = layout.colbert.is_none()
+            && !sparse
+            && !is_static
+            && bdir.join("colbert_linear.pt").exists()
+            && bdir.join("sparse_linear.pt").exists();
+        let colbert = layout.colbert.is_some();
 
         // A static model has no config.json: its table's shape is its config.
         let (config, config_path, head_config, mlm_config) = if is_static {
@@ -65,7 +72,22 @@ impl Pipeline {
             (config, config_path, head_config, mlm_config)
         };
         let classify = match options.task.as_deref() {
+            Some("embed") if colbert => {
+                return Err(Error::InvalidOptions(
+                    "task \"embed\" needs a model with a pooled output; a ColBERT model gives token vectors (task \"multi\")".into(),
+                ))
+            }
             Some("embed") => false,
+            Some("multi") if colbert || m3 => false,
+            Some("sparse") if m3 => false,
+            Some(task @ ("multi" | "sparse")) => {
+                return Err(Error::InvalidOptions(format!(
+                    "task \"{task}\" needs a model with that output (multi: ColBERT or bge-m3; sparse: bge-m3); register a sparse encoder without a task"
+                )))
+            }
+            Some("classify") if colbert || m3 => {
+                return Err(Error::InvalidOptions("task \"classify\" needs a *ForSequenceClassification checkpoint; this is a late-interaction model".into()))
+            }
             Some("classify") if sparse || is_static => {
                 return Err(Error::InvalidOptions(format!(
                     "task \"classify\" needs a *ForSequenceClassification checkpoint; this is a {} model",
@@ -76,11 +98,26 @@ impl Pipeline {
             None => !sparse && head_config.classification_architecture().is_some(),
             Some(other) => {
                 return Err(Error::InvalidOptions(format!(
-                    "unknown task \"{other}\"; expected embed or classify"
+                    "unknown task \"{other}\"; expected embed, classify, sparse or multi"
                 )))
             }
         };
-        let selection = check_sparse_options(options, sparse)?;
+        let selection = check_sparse_options(options, sparse, m3)?;
+        if colbert {
+            let pooled_only = [
+                ("pooling", options.pooling.is_some()),
+                ("normalize", options.normalize.is_some()),
+                ("dimensions", options.dimensions.is_some()),
+                ("heads", options.heads.is_some()),
+                ("long_input", options.long_input.is_some()),
+                ("max_length", options.max_length.is_some()),
+            ];
+            if let Some((key, _)) = pooled_only.iter().find(|(_, set)| *set) {
+                return Err(Error::InvalidOptions(format!(
+                    "option \"{key}\" does not apply to a ColBERT model: its lengths and token heads come from config_sentence_transformers.json and its Dense modules"
+                )));
+            }
+        }
         if classify {
             let embedding_only = [
                 ("pooling", options.pooling.is_some()),
@@ -152,7 +189,7 @@ impl Pipeline {
         }
 
         let build = || {
-            let parts = Parts { config: &config, head_config: &head_config, mlm_config: mlm_config.as_ref() };
+            let parts = Parts { config: &config, head_config: &head_config, mlm_config: mlm_config.as_ref(), m3 };
             build_weights(root, dir, bdir, options, &parts, &config_path, classify, &pooling, &layout)
         };
         // The input stages (the tokenizer's JSON: most of a load from the shared file) load
@@ -177,7 +214,7 @@ impl Pipeline {
         });
         let (text, images, query) = inputs?;
         let (weights, sharing) = weights?;
-        let Weights { backbone, classifier, heads, parameters, mlm, routes } = &*weights;
+        let Weights { backbone, classifier, heads, parameters, mlm, routes, late: late_heads } = &*weights;
         let parameters = *parameters;
         let sparse = match (&layout.sparse, mlm) {
             (Some(layout), Some(mlm)) => Some(SparseStage {
@@ -191,10 +228,38 @@ impl Pipeline {
             (Some(_), None) => return Err(Error::invalid_file(bdir, "the sparse model's MLM head is missing from its weights")),
             _ => None,
         };
+        let late = match (&text, late_heads) {
+            (Some((t, _, _)), Some(_)) if colbert => {
+                let (_, settings) = layout.colbert.as_ref().ok_or_else(|| Error::Inference("no ColBERT settings".into()))?;
+                let specials = crate::late::SpecialTokens::read(&bdir.join("tokenizer_config.json"))?;
+                let settings = crate::late::Colbert::resolve(
+                    settings,
+                    &t.tokenizer,
+                    &specials,
+                    &dir.join("config_sentence_transformers.json"),
+                )?;
+                if !settings.attend_to_expansion_tokens && settings.query_expansion && !backbone.hides_keys() {
+                    return Err(Error::Unsupported {
+                        what: "ColBERT backbone with query expansion tokens not attended to",
+                        value: config.architecture().to_string(),
+                        path: bdir.join("config.json"),
+                        supported: "BERT, RoBERTa, XLM-RoBERTa, DistilBERT, ELECTRA, MPNet (or attend_to_expansion_tokens true)",
+                    });
+                }
+                Some(super::multi::Late::colbert(settings, &t.tokenizer)?)
+            }
+            (Some((t, _, _)), Some(_)) => {
+                let specials = crate::late::SpecialTokens::read(&bdir.join("tokenizer_config.json"))?;
+                Some(super::multi::Late::M3 { unused: specials.unused_ids(&t.tokenizer), vocab: config.vocab_size(), selection })
+            }
+            _ => None,
+        };
         // The heads' sizes were checked in order when the weights were built.
-        let dim = match &sparse {
-            Some(s) => s.vocab,
-            None => weights.output_dim().unwrap_or_else(|| pooled_dim(&pooling, backbone.as_ref(), &config)),
+        let dim = match (&sparse, late_heads.as_ref().and_then(|h| h.dim())) {
+            (Some(s), _) => s.vocab,
+            (None, Some(d)) if colbert || options.task.as_deref() == Some("multi") => d,
+            (None, _) if options.task.as_deref() == Some("sparse") => config.vocab_size(),
+            (None, _) => weights.output_dim().unwrap_or_else(|| pooled_dim(&pooling, backbone.as_ref(), &config)),
         };
         let routing = match (&layout.router, routes) {
             (Some(router), Some(routes)) => Some(Routing::new(router, routes, options)),
@@ -222,8 +287,14 @@ impl Pipeline {
             task: match (classifier, &sparse) {
                 (Some(_), _) => "classify",
                 (None, Some(_)) => "sparse",
-                (None, None) => "embed",
+                (None, None) if colbert => "multi",
+                (None, None) => match options.task.as_deref() {
+                    Some("multi") => "multi",
+                    Some("sparse") => "sparse",
+                    _ => "embed",
+                },
             },
+            multi: late.as_ref().zip(late_heads.as_ref()).map(|(l, h)| l.describe(h)),
             sparse: sparse.as_ref().map(|s| s.describe(mlm.as_ref())),
             classifier: classifier.map(Classifier::describe),
             labels: classifier.map(|c| c.labels.clone()),
@@ -257,6 +328,7 @@ impl Pipeline {
         Ok(Pipeline {
             input,
             sparse,
+            late,
             is_static,
             long_input: options.long_input.unwrap_or_default(),
             stats: Stats::default(),
@@ -285,6 +357,8 @@ pub(crate) struct Weights {
     pub mlm: Option<MlmHead>,
     /// An asymmetric model's Router: each route's heads, run among `heads`.
     pub routes: Option<Routes>,
+    /// Late interaction: the token heads (ColBERT's Dense modules, bge-m3's .pt heads).
+    pub late: Option<super::multi::LateHeads>,
 }
 
 impl Weights {
@@ -303,11 +377,17 @@ struct Parts<'a> {
     head_config: &'a HeadConfig,
     /// A sparse encoder's: what its MLM head reads.
     mlm_config: Option<&'a MlmConfig>,
+    /// Whether the folder is bge-m3's (its .pt heads).
+    m3: bool,
 }
 
 /// `max_terms` and `min_weight` checked (sparse models only), and the options a sparse
 /// model has no use for refused.
-fn check_sparse_options(options: &Options, sparse: bool) -> Result<Selection> {
+fn check_sparse_options(options: &Options, sparse: bool, m3: bool) -> Result<Selection> {
+    if m3 {
+        // bge-m3: the selection applies to its lexical weights; the other options to its dense output.
+        return check_selection(options);
+    }
     if !sparse {
         if let Some(key) = [("max_terms", options.max_terms.is_some()), ("min_weight", options.min_weight.is_some())]
             .iter()
@@ -333,6 +413,11 @@ fn check_sparse_options(options: &Options, sparse: bool) -> Result<Selection> {
             "option \"{key}\" applies to dense embedding models; this one is sparse (SPLADE)"
         )));
     }
+    check_selection(options)
+}
+
+/// `max_terms` and `min_weight` checked.
+fn check_selection(options: &Options) -> Result<Selection> {
     if let Some(k) = options.max_terms.filter(|k| !(1..=SPARSEVEC_MAX_NNZ).contains(k)) {
         return Err(Error::InvalidOptions(format!(
             "max_terms {k} is out of range: 1 to {SPARSEVEC_MAX_NNZ} (pgvector's limit for a sparsevec; its HNSW index takes at most 1000)"
@@ -358,7 +443,7 @@ fn build_weights(
     pooling: &[PoolingMode],
     layout: &Layout,
 ) -> Result<Weights> {
-    let Parts { config, head_config, mlm_config } = *parts;
+    let Parts { config, head_config, mlm_config, m3 } = *parts;
     let device = Device::Cpu;
     let (vb, parameters) = crate::weights::load_weights(bdir, &device)?;
     let mlm = mlm_config.map(|c| MlmHead::load(&vb, c).map_err(|e| e.in_dir(bdir))).transpose()?;
@@ -431,10 +516,45 @@ fn build_weights(
         dim = head.out_features;
         heads.push(head);
     }
+    let late = late_heads(bdir, layout, m3, config.hidden_size())?;
     let parameters = parameters
         + heads.iter().map(Dense::parameters).sum::<usize>()
-        + routes.as_ref().map_or(0, Routes::parameters);
-    Ok(Weights { backbone, classifier, heads, parameters, mlm, routes })
+        + routes.as_ref().map_or(0, Routes::parameters)
+        + late.as_ref().map_or(0, super::multi::LateHeads::parameters);
+    Ok(Weights { backbone, classifier, heads, parameters, mlm, routes, late })
+}
+
+/// The token heads of a late-interaction model: a ColBERT model's Dense modules (each
+/// checked against the width before it), bge-m3's `colbert_linear.pt` and `sparse_linear.pt`.
+fn late_heads(bdir: &Path, layout: &Layout, m3: bool, hidden: usize) -> Result<Option<super::multi::LateHeads>> {
+    if let Some((folders, _)) = &layout.colbert {
+        let mut project = Vec::with_capacity(folders.len());
+        let mut dim = hidden;
+        for folder in folders {
+            let head = Dense::load(folder)?;
+            if head.in_features != dim {
+                return Err(Error::invalid_file(
+                    folder.join("config.json"),
+                    format!("in_features {} does not match the previous stage's output dimension {dim}", head.in_features),
+                ));
+            }
+            dim = head.out_features;
+            project.push(head);
+        }
+        return Ok(Some(super::multi::LateHeads { project, sparse: None }));
+    }
+    if !m3 {
+        return Ok(None);
+    }
+    let colbert = Dense::from_torch_linear(&bdir.join("colbert_linear.pt"), hidden)?;
+    let sparse = Dense::from_torch_linear(&bdir.join("sparse_linear.pt"), hidden)?;
+    if sparse.out_features != 1 {
+        return Err(Error::invalid_file(
+            bdir.join("sparse_linear.pt"),
+            format!("weight has {} outputs; a token weight head has 1", sparse.out_features),
+        ));
+    }
+    Ok(Some(super::multi::LateHeads { project: vec![colbert], sparse: Some(sparse) }))
 }
 
 /// The width of the pooling stage's output: each mode's, concatenated.
@@ -492,6 +612,8 @@ fn shared_weights(
                 mlm: Option<MlmHead>,
                 #[serde(default)]
                 routes: Option<Routes>,
+                #[serde(default)]
+                late: Option<super::multi::LateHeads>,
             }
             let weights = file.restore(|parts| {
                 let d: Described = serde_json::from_value(parts)
@@ -504,6 +626,7 @@ fn shared_weights(
                     parameters: d.parameters,
                     mlm: d.mlm,
                     routes: d.routes,
+                    late: d.late,
                 })
             })?;
             let sharing = Sharing {

@@ -22,6 +22,7 @@ use crate::stages::{time, Stage};
 mod batch;
 mod images;
 mod load;
+mod multi;
 mod routes;
 mod sparse;
 #[cfg(test)]
@@ -30,6 +31,7 @@ pub(crate) mod text;
 
 pub use batch::length_batches;
 pub use load::prepared_key;
+pub use multi::AllOutputs;
 use batch::{in_batches, Packed, CALLING_THREAD};
 use sparse::SparseStage;
 use text::{encode, encode_typed, Encoded, Prompt, Text};
@@ -42,6 +44,9 @@ pub struct PipelineInfo {
     /// Sparse encoders: the MLM head, SpladePooling, the query route and the selection.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sparse: Option<serde_json::Value>,
+    /// Late interaction (ColBERT, bge-m3): the token heads and settings (`embed_multi`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub multi: Option<serde_json::Value>,
     /// Classifiers: the head, labels in output order, and how scores come from logits.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub classifier: Option<serde_json::Value>,
@@ -158,6 +163,8 @@ pub struct Pipeline {
     input: Input,
     /// The sparse output stage (task "sparse").
     sparse: Option<SparseStage>,
+    /// The late-interaction stage (ColBERT, bge-m3): token vectors, bge-m3's lexical weights.
+    late: Option<multi::Late>,
     /// A static embedding model: no transformer, and no compute threads.
     is_static: bool,
     long_input: LongInput,
@@ -388,8 +395,8 @@ impl Pipeline {
         if self.weights.classifier.is_some() {
             return Err(Error::WrongTask { task: "classify", call });
         }
-        if self.sparse.is_some() {
-            return Err(Error::WrongOutput { gives: "sparse vectors", call, instead: "embed_sparse" });
+        if self.sparse.is_some() || self.is_colbert() {
+            return Err(Error::WrongOutput { gives: self.gives(), call, instead: self.instead() });
         }
         Ok(())
     }

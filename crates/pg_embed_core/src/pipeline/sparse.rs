@@ -48,7 +48,7 @@ impl Pipeline {
         match (&self.sparse, &self.weights.classifier) {
             (Some(sparse), _) => Ok(sparse),
             (None, Some(_)) => Err(Error::WrongOutput { gives: "classification logits", call, instead: "classify" }),
-            (None, None) => Err(Error::WrongOutput { gives: "dense vectors", call, instead: "embed" }),
+            (None, None) => Err(Error::WrongOutput { gives: self.gives(), call, instead: self.instead() }),
         }
     }
 
@@ -66,6 +66,13 @@ impl Pipeline {
         threads: usize,
         mut before_batch: impl FnMut() -> Result<()>,
     ) -> Result<Vec<SparseVector>> {
+        if self.is_m3() {
+            // bge-m3's lexical weights: one side for queries and documents.
+            if let Some(name) = prompt_name.filter(|n| !["", "query", "document"].contains(n)) {
+                return Err(Error::UnknownPrompt { name: name.into(), known: "query, document".into() });
+            }
+            return self.m3_sparse(texts, max_batch_tokens, threads, before_batch);
+        }
         let sparse = self.sparse("embed_sparse")?;
         let (query, prompt) = self.route(sparse, prompt_name)?;
         if let Some(query) = query {
@@ -143,6 +150,12 @@ impl Pipeline {
     /// The terms of an input's sparse vector (default route), best first: each vocabulary
     /// id's token and weight, after `max_terms` and `min_weight`.
     pub fn sparse_terms(&self, text: &str, threads: usize) -> Result<Vec<(String, f32)>> {
+        if self.is_m3() {
+            let mut vectors = self.m3_sparse(&[text], usize::MAX, threads, || Ok(()))?;
+            let vector = vectors.pop().ok_or_else(|| Error::Inference("no output for the input".into()))?;
+            let token = |id: u32| self.text().ok().and_then(|t| t.tokenizer.id_to_token(id));
+            return Ok(vector.ranked().into_iter().map(|(id, w)| (token(id).unwrap_or_else(|| format!("[{id}]")), w)).collect());
+        }
         let sparse = self.sparse("embed.sparse_terms")?;
         let (query, _) = self.route(sparse, None)?;
         let mut vectors = self.embed_sparse(&[text], None, usize::MAX, threads, || Ok(()))?;

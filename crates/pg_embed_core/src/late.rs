@@ -1,0 +1,235 @@
+//! Late interaction: one vector per token. ColBERT as PyLate saves and encodes it (a
+//! Transformer, then Dense projections of every token, then per-token L2 normalisation;
+//! prefix tokens, query expansion, a document skiplist), and bge-m3's three outputs as
+//! FlagEmbedding's `BGEM3FlagModel` gives them (dense [CLS], lexical weights from
+//! `sparse_linear`, token vectors from `colbert_linear`). Plain Rust: no pgrx here.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use tokenizers::Tokenizer;
+
+use crate::error::{Error, Result};
+
+/// PyLate's settings, as `ColBERT.save` writes them into config_sentence_transformers.json.
+/// A missing key takes PyLate's default.
+#[derive(Debug, Default, Deserialize)]
+pub struct ColbertConfig {
+    pub query_prefix: Option<String>,
+    pub document_prefix: Option<String>,
+    pub query_length: Option<usize>,
+    pub document_length: Option<usize>,
+    pub attend_to_expansion_tokens: Option<bool>,
+    pub do_query_expansion: Option<bool>,
+    pub skiplist_words: Option<Vec<String>>,
+}
+
+/// Which side of a ColBERT model an input is encoded as (`embed_multi`'s prompt_name).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    Query,
+    Document,
+}
+
+impl Side {
+    /// `'query'` or `'document'`; `None` is the document side.
+    pub fn parse(name: Option<&str>) -> Result<Self> {
+        match name {
+            None | Some("document") => Ok(Side::Document),
+            Some("query") => Ok(Side::Query),
+            Some(other) => Err(Error::UnknownPrompt { name: other.into(), known: "query, document".into() }),
+        }
+    }
+}
+
+/// ColBERT's settings resolved against the tokenizer, as PyLate resolves them.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Colbert {
+    pub query_prefix: String,
+    pub document_prefix: String,
+    /// The prefix token inserted after the first token (none for an empty prefix).
+    pub query_prefix_id: Option<u32>,
+    pub document_prefix_id: Option<u32>,
+    /// Tokens of a query (its prefix and special tokens included); with query expansion a
+    /// shorter query is filled up to it with `expansion_id`.
+    pub query_length: usize,
+    /// Tokens a document is cut at (its prefix and special tokens included).
+    pub document_length: usize,
+    pub query_expansion: bool,
+    /// Whether the query's other tokens attend to the expansion tokens.
+    pub attend_to_expansion_tokens: bool,
+    /// The token a query is expanded with: the mask token (else end of sequence, else padding).
+    pub expansion_id: u32,
+    /// Document tokens left out of the output (PyLate's skiplist: punctuation by default).
+    pub skiplist: Vec<u32>,
+}
+
+/// PyLate's default skiplist: Python's `string.punctuation`, one word per character.
+const PUNCTUATION: &str = "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~";
+
+impl Colbert {
+    /// The settings of `config` (PyLate's defaults for what it leaves out) with the token
+    /// ids of `tokenizer`; `specials` are the tokenizer's special tokens.
+    pub fn resolve(config: &ColbertConfig, tokenizer: &Tokenizer, specials: &SpecialTokens, path: &Path) -> Result<Self> {
+        let prefix_id = |prefix: &str, what: &str| -> Result<Option<u32>> {
+            if prefix.is_empty() {
+                return Ok(None);
+            }
+            tokenizer.token_to_id(prefix).map(Some).ok_or_else(|| {
+                Error::invalid_file(path, format!("the {what} prefix \"{prefix}\" is not a token of the tokenizer"))
+            })
+        };
+        let query_prefix = config.query_prefix.clone().unwrap_or_else(|| "[Q] ".into());
+        let document_prefix = config.document_prefix.clone().unwrap_or_else(|| "[D] ".into());
+        let query_prefix_id = prefix_id(&query_prefix, "query")?;
+        let document_prefix_id = prefix_id(&document_prefix, "document")?;
+        let query_expansion = config.do_query_expansion.unwrap_or(true);
+        let attend_to_expansion_tokens = query_expansion && config.attend_to_expansion_tokens.unwrap_or(false);
+        let expansion_id = [&specials.mask, &specials.eos, &specials.pad]
+            .into_iter()
+            .find_map(|t| t.as_deref().and_then(|t| tokenizer.token_to_id(t)))
+            .ok_or_else(|| Error::invalid_file(path, "the tokenizer has no mask, end-of-sequence or padding token to expand queries with"))?;
+        let words: Vec<String> = match &config.skiplist_words {
+            Some(words) => words.clone(),
+            None => PUNCTUATION.chars().map(String::from).collect(),
+        };
+        // transformers' convert_tokens_to_ids: a word that is not a token is the unknown token.
+        let unknown = specials.unk.as_deref().and_then(|t| tokenizer.token_to_id(t));
+        let mut skiplist: Vec<u32> = words.iter().filter_map(|w| tokenizer.token_to_id(w).or(unknown)).collect();
+        skiplist.sort_unstable();
+        skiplist.dedup();
+        let length = |n: Option<usize>, default: usize, what: &str| -> Result<usize> {
+            match n.unwrap_or(default) {
+                n if n < 3 => Err(Error::invalid_file(path, format!("{what} {n} leaves no room for text"))),
+                n => Ok(n),
+            }
+        };
+        Ok(Colbert {
+            query_length: length(config.query_length, 32, "query_length")?,
+            document_length: length(config.document_length, 180, "document_length")?,
+            query_prefix,
+            document_prefix,
+            query_prefix_id,
+            document_prefix_id,
+            query_expansion,
+            attend_to_expansion_tokens,
+            expansion_id,
+            skiplist,
+        })
+    }
+
+    /// Tokens the tokenizer may give for `side` (special tokens included), before the prefix.
+    pub fn tokenizer_length(&self, side: Side) -> usize {
+        match side {
+            Side::Query => self.query_length - usize::from(self.query_prefix_id.is_some()),
+            Side::Document => self.document_length - usize::from(self.document_prefix_id.is_some()),
+        }
+    }
+
+    /// The backbone's input for tokenized `ids` (and type ids, when the model takes them) of
+    /// `side`, as PyLate's `tokenize` builds it: the prefix token after the first token; a
+    /// query expanded to `query_length`. Also how many leading tokens are attention keys
+    /// (fewer than all when expansion tokens are not attended to).
+    pub fn input(&self, side: Side, ids: &mut Vec<u32>, types: &mut Vec<u32>) -> usize {
+        let prefix = match side {
+            Side::Query => self.query_prefix_id,
+            Side::Document => self.document_prefix_id,
+        };
+        if let Some(prefix) = prefix {
+            let at = ids.len().min(1);
+            ids.insert(at, prefix);
+            if !types.is_empty() {
+                types.insert(at.min(types.len()), 0);
+            }
+        }
+        let keys = ids.len();
+        if side == Side::Query && self.query_expansion && ids.len() < self.query_length {
+            let typed = !types.is_empty();
+            ids.resize(self.query_length, self.expansion_id);
+            if typed {
+                types.resize(self.query_length, 0);
+            }
+        }
+        if self.attend_to_expansion_tokens { ids.len() } else { keys }
+    }
+
+    /// Whether the token `id` of `side` is in the output: every query token (expansion
+    /// tokens included); a document's tokens but those of the skiplist.
+    pub fn keeps(&self, side: Side, id: u32) -> bool {
+        side == Side::Query || self.skiplist.binary_search(&id).is_err()
+    }
+}
+
+/// The special tokens tokenizer_config.json names (a string, or an added token's `content`).
+#[derive(Debug, Default, Clone)]
+pub struct SpecialTokens {
+    pub mask: Option<String>,
+    pub eos: Option<String>,
+    pub pad: Option<String>,
+    pub unk: Option<String>,
+    pub cls: Option<String>,
+}
+
+impl SpecialTokens {
+    pub fn read(path: &Path) -> Result<Self> {
+        let Some(config) = crate::st::read_json_opt::<serde_json::Value>(path)? else {
+            return Ok(SpecialTokens::default());
+        };
+        let token = |key: &str| match config.get(key) {
+            Some(serde_json::Value::String(s)) => Some(s.clone()),
+            Some(serde_json::Value::Object(o)) => o.get("content").and_then(|c| c.as_str()).map(String::from),
+            _ => None,
+        };
+        Ok(SpecialTokens {
+            mask: token("mask_token"),
+            eos: token("eos_token"),
+            pad: token("pad_token"),
+            unk: token("unk_token"),
+            cls: token("cls_token"),
+        })
+    }
+
+    /// The ids bge-m3's lexical weights leave out: the [CLS], end-of-sequence, padding and
+    /// unknown tokens (FlagEmbedding's `unused_tokens`), sorted.
+    pub fn unused_ids(&self, tokenizer: &Tokenizer) -> Vec<u32> {
+        let mut ids: Vec<u32> = [&self.cls, &self.eos, &self.pad, &self.unk]
+            .into_iter()
+            .filter_map(|t| t.as_deref().and_then(|t| tokenizer.token_to_id(t)))
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    }
+}
+
+/// Token vectors: `rows` rows of `dim` values, row-major (`embed_multi`'s 2-D array).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MultiVector {
+    pub values: Vec<f32>,
+    pub rows: usize,
+    pub dim: usize,
+}
+
+impl MultiVector {
+    pub fn row(&self, i: usize) -> &[f32] {
+        &self.values[i * self.dim..(i + 1) * self.dim]
+    }
+}
+
+/// bge-m3's lexical weights of one input: per token id, the largest `relu` weight of its
+/// tokens (`weights`, one per token of `ids`), leaving out `unused` ids and zero weights,
+/// over a vocabulary of `vocab` ids.
+pub fn lexical_weights(ids: &[u32], weights: &[f32], unused: &[u32], vocab: usize) -> crate::sparse::SparseVector {
+    let mut best: std::collections::BTreeMap<u32, f32> = std::collections::BTreeMap::new();
+    for (&id, &w) in ids.iter().zip(weights) {
+        let w = w.max(0.0);
+        if w > 0.0 && unused.binary_search(&id).is_err() {
+            let e = best.entry(id).or_insert(0.0);
+            if w > *e {
+                *e = w;
+            }
+        }
+    }
+    let (indices, values) = best.into_iter().unzip();
+    crate::sparse::SparseVector { indices, values, dim: vocab }
+}

@@ -1,0 +1,277 @@
+//! The late-interaction outputs of a pipeline: token vectors (`embed_multi`) of a ColBERT
+//! model or of bge-m3, and bge-m3's lexical weights and its three outputs from one pass
+//! (`encode_all`). See `crate::late`.
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use tokenizers::{Tokenizer, TruncationParams};
+
+use super::batch::{in_batches, Packed};
+use super::text::{encode_typed, Encoded};
+use super::Pipeline;
+use crate::error::{Error, Result};
+use crate::heads::Dense;
+use crate::late::{lexical_weights, Colbert, MultiVector, Side};
+use crate::sparse::SparseVector;
+
+/// The weights of the token heads: the projections of every token (PyLate's Dense modules,
+/// bge-m3's `colbert_linear`) and bge-m3's `sparse_linear`.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub(crate) struct LateHeads {
+    pub(crate) project: Vec<Dense>,
+    pub(crate) sparse: Option<Dense>,
+}
+
+impl LateHeads {
+    pub(crate) fn parameters(&self) -> usize {
+        self.project.iter().chain(&self.sparse).map(Dense::parameters).sum()
+    }
+
+    /// The width of the token vectors.
+    pub(crate) fn dim(&self) -> Option<usize> {
+        self.project.last().map(|d| d.out_features)
+    }
+}
+
+/// How a model gives token vectors.
+pub(crate) enum Late {
+    /// PyLate's ColBERT: the tokenizer of each side cut at its length.
+    Colbert { settings: Colbert, query: Tokenizer, document: Tokenizer },
+    /// bge-m3: the model's tokenizer; every token but the first; lexical weights over
+    /// `vocab` ids, leaving out the `unused` ones, then `max_terms` and `min_weight`.
+    M3 { unused: Vec<u32>, vocab: usize, selection: crate::sparse::Selection },
+}
+
+impl Late {
+    /// A ColBERT stage: `tokenizer` (padding off) cut at each side's length.
+    pub(crate) fn colbert(settings: Colbert, tokenizer: &Tokenizer) -> Result<Self> {
+        let cut = |side| -> Result<Tokenizer> {
+            let mut t = tokenizer.clone();
+            let max_length = settings.tokenizer_length(side);
+            t.with_truncation(Some(TruncationParams { max_length, ..Default::default() }))
+                .map_err(|e| Error::Tokenize(e.to_string()))?;
+            Ok(t)
+        };
+        Ok(Late::Colbert { query: cut(Side::Query)?, document: cut(Side::Document)?, settings })
+    }
+
+    pub(crate) fn describe(&self, heads: &LateHeads) -> serde_json::Value {
+        let project: Vec<_> = heads.project.iter().map(Dense::describe).collect();
+        match self {
+            Late::Colbert { settings, .. } => serde_json::json!({
+                "kind": "colbert",
+                "dim": heads.dim(),
+                "project": project,
+                "normalize": true,
+                "settings": settings,
+            }),
+            Late::M3 { unused, vocab, selection } => serde_json::json!({
+                "kind": "bge-m3",
+                "dim": heads.dim(),
+                "project": project,
+                "normalize": true,
+                "first_token": "left out",
+                "sparse": heads.sparse.as_ref().map(Dense::describe),
+                "vocab_size": vocab,
+                "sparse_leaves_out": unused,
+                "max_terms": selection.max_terms,
+                "min_weight": selection.min_weight,
+            }),
+        }
+    }
+}
+
+/// One input ready for the backbone, and what of it the output keeps.
+struct Row {
+    encoded: Encoded,
+    /// Leading tokens that are attention keys.
+    keys: usize,
+    /// The tokens whose vectors are output.
+    kept: Vec<bool>,
+}
+
+/// A bge-m3 pass's three outputs of one input.
+pub struct AllOutputs {
+    pub dense: Vec<f32>,
+    pub sparse: SparseVector,
+    pub multi: MultiVector,
+}
+
+impl Pipeline {
+    /// The late-interaction stage and its heads, or the error for `call` on this model.
+    fn late(&self, call: &'static str) -> Result<(&Late, &LateHeads)> {
+        match (&self.late, &self.weights.late) {
+            (Some(late), Some(heads)) => Ok((late, heads)),
+            _ => Err(Error::WrongOutput { gives: self.gives(), call, instead: self.instead() }),
+        }
+    }
+
+    /// Whether this is bge-m3 (lexical weights from `sparse_linear`).
+    pub(super) fn is_m3(&self) -> bool {
+        matches!(self.late, Some(Late::M3 { .. }))
+    }
+
+    /// Whether this is a ColBERT model (token vectors only).
+    pub(super) fn is_colbert(&self) -> bool {
+        matches!(self.late, Some(Late::Colbert { .. }))
+    }
+
+    /// What this model's main output is, for errors.
+    pub(super) fn gives(&self) -> &'static str {
+        match (&self.weights.classifier, &self.sparse, &self.late) {
+            (Some(_), _, _) => "classification logits",
+            (_, Some(_), _) => "sparse vectors",
+            (_, _, Some(Late::Colbert { .. })) => "token vectors (late interaction)",
+            _ => "dense vectors",
+        }
+    }
+
+    /// The call that gives this model's main output.
+    pub(super) fn instead(&self) -> &'static str {
+        match (&self.weights.classifier, &self.sparse, &self.late) {
+            (Some(_), _, _) => "classify",
+            (_, Some(_), _) => "embed_sparse",
+            (_, _, Some(Late::Colbert { .. })) => "embed_multi",
+            _ => "embed",
+        }
+    }
+
+    /// Token vectors of the inputs, in input order, as PyLate's `ColBERT.encode(...,
+    /// is_query=...)` (`prompt_name` `'query'` or `'document'`, the default) or bge-m3's
+    /// `colbert_vecs` give them: one L2-normalised row per kept token. Batched as
+    /// `embed_batched`.
+    pub fn embed_multi(
+        &self,
+        texts: &[&str],
+        prompt_name: Option<&str>,
+        max_batch_tokens: usize,
+        threads: usize,
+        mut before_batch: impl FnMut() -> Result<()>,
+    ) -> Result<Vec<MultiVector>> {
+        let (late, heads) = self.late("embed_multi")?;
+        let side = Side::parse(prompt_name)?;
+        let rows = self.late_rows(late, side, texts)?;
+        let lengths: Vec<usize> = rows.iter().map(|r| r.encoded.ids.len()).collect();
+        in_batches(&lengths, max_batch_tokens, threads, &mut before_batch, |batch| {
+            let rows: Vec<&Row> = batch.iter().map(|&i| &rows[i]).collect();
+            let hidden = self.late_forward(&rows)?;
+            Ok(rows.iter().zip(hidden).map(|(row, h)| self.token_vectors(heads, row, &h)).collect())
+        })
+    }
+
+    /// bge-m3's dense vector, lexical weights and token vectors of `text`, from one pass.
+    pub fn encode_outputs(&self, text: &str) -> Result<AllOutputs> {
+        let (late, heads) = self.late("embed.encode_all")?;
+        let (Late::M3 { unused, vocab, selection }, Some(sparse)) = (late, &heads.sparse) else {
+            return Err(Error::WrongOutput { gives: self.gives(), call: "embed.encode_all", instead: self.instead() });
+        };
+        let rows = self.late_rows(late, Side::Document, &[text])?;
+        let hidden = self.late_forward(&rows.iter().collect::<Vec<_>>())?;
+        let (row, h) = (&rows[0], &hidden[0]);
+        let multi = self.token_vectors(heads, row, h);
+        let lexical = lexical_weights(&row.encoded.ids, &sparse.forward(h), unused, *vocab);
+        let pooled = crate::pooling::pool(
+            h,
+            self.hidden_size,
+            crate::pooling::Sequences { bounds: &[0, row.encoded.ids.len()], skips: &[0], summary: 0, lasts: &[] },
+            &self.pooling,
+            None,
+        )
+        .map_err(Error::Inference)?;
+        let dense = self.finish(pooled, None)?.pop().ok_or_else(|| Error::Inference("no dense output".into()))?;
+        Ok(AllOutputs { dense, sparse: lexical.select(selection), multi })
+    }
+
+    /// bge-m3's lexical weights of the inputs, in input order (`embed_sparse`), batched as
+    /// `embed_batched`.
+    pub(super) fn m3_sparse(
+        &self,
+        texts: &[&str],
+        max_batch_tokens: usize,
+        threads: usize,
+        mut before_batch: impl FnMut() -> Result<()>,
+    ) -> Result<Vec<SparseVector>> {
+        let (late, heads) = self.late("embed_sparse")?;
+        let (Late::M3 { unused, vocab, selection }, Some(sparse)) = (late, &heads.sparse) else {
+            return Err(Error::WrongOutput { gives: self.gives(), call: "embed_sparse", instead: self.instead() });
+        };
+        let rows = self.late_rows(late, Side::Document, texts)?;
+        let lengths: Vec<usize> = rows.iter().map(|r| r.encoded.ids.len()).collect();
+        in_batches(&lengths, max_batch_tokens, threads, &mut before_batch, |batch| {
+            let rows: Vec<&Row> = batch.iter().map(|&i| &rows[i]).collect();
+            let hidden = self.late_forward(&rows)?;
+            Ok(rows
+                .iter()
+                .zip(hidden)
+                .map(|(row, h)| lexical_weights(&row.encoded.ids, &sparse.forward(&h), unused, *vocab).select(selection))
+                .collect())
+        })
+    }
+
+    /// The inputs tokenized for `side`.
+    fn late_rows(&self, late: &Late, side: Side, texts: &[&str]) -> Result<Vec<Row>> {
+        let text = self.text()?;
+        let mut truncated = 0;
+        let rows = texts
+            .iter()
+            .map(|t| {
+                let row = match late {
+                    Late::Colbert { settings, query, document } => {
+                        let tokenizer = if side == Side::Query { query } else { document };
+                        let (mut ids, mut types, cut) = encode_typed(tokenizer, text.lowercase, t)?;
+                        truncated += usize::from(cut);
+                        if !text.type_ids {
+                            types.clear();
+                        }
+                        let keys = settings.input(side, &mut ids, &mut types);
+                        let kept = ids.iter().map(|&id| settings.keeps(side, id)).collect();
+                        Row { encoded: Encoded { ids, types, skip: 0 }, keys, kept }
+                    }
+                    Late::M3 { .. } => {
+                        let (encoded, cut) = self.encode_prompted(t, None)?;
+                        truncated += usize::from(cut);
+                        let kept = (0..encoded.ids.len()).map(|i| i > 0).collect();
+                        Row { keys: encoded.ids.len(), encoded, kept }
+                    }
+                };
+                if row.encoded.ids.is_empty() {
+                    return Err(Error::EmptyInput { input: t.to_string() });
+                }
+                Ok(row)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        self.stats.count_call(texts.len(), rows.iter().map(|r| r.encoded.ids.len()).sum());
+        self.stats.truncated.fetch_add(truncated as u64, Relaxed);
+        Ok(rows)
+    }
+
+    /// One packed pass of the backbone over `rows`: each row's hidden states [tokens, hidden].
+    fn late_forward(&self, rows: &[&Row]) -> Result<Vec<Vec<f32>>> {
+        let encoded: Vec<&Encoded> = rows.iter().map(|r| &r.encoded).collect();
+        let packed = Packed::of(&encoded);
+        let keys: Vec<usize> = rows.iter().map(|r| r.keys).collect();
+        let hides = rows.iter().any(|r| r.keys < r.encoded.ids.len());
+        let batch = crate::models::Batch { keys: if hides { &keys } else { &[] }, ..packed.batch() };
+        self.stats.forward_passes.fetch_add(1, Relaxed);
+        let hidden = self.weights.backbone.forward(&batch).map_err(Error::inference)?;
+        let h = self.hidden_size;
+        Ok((0..batch.len()).map(|i| hidden[batch.sequence(i).start * h..batch.sequence(i).end * h].to_vec()).collect())
+    }
+
+    /// The kept tokens of `row` (hidden states `hidden`) through the projections, each row
+    /// L2-normalised (torch's `F.normalize`).
+    fn token_vectors(&self, heads: &LateHeads, row: &Row, hidden: &[f32]) -> MultiVector {
+        let h = self.hidden_size;
+        let mut x: Vec<f32> = hidden.chunks_exact(h).zip(&row.kept).filter(|(_, k)| **k).flat_map(|(t, _)| t.iter().copied()).collect();
+        let rows = x.len() / h.max(1);
+        for head in &heads.project {
+            x = head.forward(&x);
+        }
+        let dim = heads.dim().unwrap_or(h);
+        for v in x.chunks_exact_mut(dim.max(1)) {
+            let norm = v.iter().map(|a| a * a).sum::<f32>().sqrt().max(1e-12);
+            v.iter_mut().for_each(|a| *a /= norm);
+        }
+        MultiVector { values: x, rows, dim }
+    }
+}
