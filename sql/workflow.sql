@@ -36,7 +36,8 @@ $$;
 -- Checks that `rel` has a source column `source_column` that `model` can embed (text, or
 -- bytea image files for a model of images) and a column `target_column` that can hold
 -- `model`'s output: vector(n) or halfvec(n) with n = the model's dim, or real[]; for a
--- sparse model (task 'sparse'), sparsevec(n) with n = its vocabulary size.
+-- sparse model (task 'sparse'), sparsevec(n) with n = its vocabulary size; for a
+-- late-interaction model (task 'multi'), real[] (a 2-D array: a row per token).
 -- Returns the model's dim.
 CREATE FUNCTION embed._check_target(rel regclass, model text, source_column text, target_column text)
 RETURNS integer LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
@@ -86,6 +87,13 @@ BEGIN
                 USING ERRCODE = 'datatype_mismatch',
                       HINT = format('Use a sparsevec(%s) column: the model''s vocabulary size.', model_dim);
         END IF;
+    ELSIF model_task = 'multi' THEN
+        IF target_typname <> '_float4' THEN
+            RAISE EXCEPTION 'column "%" of relation % has type %, but model "%" gives token vectors (a 2-D array)',
+                target_column, rel, target_type, model
+                USING ERRCODE = 'datatype_mismatch',
+                      HINT = 'Use a real[] column: one row of the array per token (embed_multi).';
+        END IF;
     ELSIF target_typname IN ('vector', 'halfvec') THEN
         IF target_mod > 0 AND target_mod <> model_dim THEN
             RAISE EXCEPTION 'column "%" of relation % has % dimensions, but model "%" gives %',
@@ -108,22 +116,29 @@ $$;
 
 -- How the workflow computes `model`'s output for `source_column` of `rel` and writes it
 -- into `target_column`: the function (embed, embed_image for a bytea source, embed_sparse for
--- a sparse model) and what its result is cast to ('' for the arrays of embed and
--- embed_image; the column's type for embed_sparse's text). Call after embed._check_target.
+-- a sparse model, embed_multi for a late-interaction one) and what its result is cast to (''
+-- for the arrays of embed, embed_image and embed_multi; the column's type for embed_sparse's
+-- text). Call after embed._check_target.
 CREATE FUNCTION embed._writer(rel regclass, model text, source_column text, target_column text,
                               OUT fn text, OUT cast_to text)
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    task text;
 BEGIN
+    cast_to := '';
     IF embed._source_kind(rel, source_column) = 'image' THEN
         fn := 'embed_image';
-        cast_to := '';
-    ELSIF coalesce((SELECT m.task FROM embed.models m WHERE m.name = model), embed.model_info(model) ->> 'task') = 'sparse' THEN
+        RETURN;
+    END IF;
+    task := coalesce((SELECT m.task FROM embed.models m WHERE m.name = model), embed.model_info(model) ->> 'task');
+    IF task = 'sparse' THEN
         fn := 'embed_sparse';
         SELECT '::' || format_type(a.atttypid, a.atttypmod) INTO cast_to
           FROM pg_attribute a WHERE a.attrelid = rel AND a.attname = target_column;
+    ELSIF task = 'multi' THEN
+        fn := 'embed_multi';
     ELSE
         fn := 'embed';
-        cast_to := '';
     END IF;
 END
 $$;
@@ -136,8 +151,10 @@ $$;
 --                    FOR EACH STATEMENT (one batched call per statement; needs a primary key)
 -- Rows whose source did not change keep their vector (unless it is NULL); a NULL source
 -- gives a NULL vector.
+-- Vectors pass through json_populate_record as text: extra_float_digits = 3 prints every
+-- float4 so that it reads back as the same value, whatever the session's setting.
 CREATE FUNCTION embed.embed_trigger() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET extra_float_digits = 3 AS $$
 DECLARE
     model text;
     src text;
@@ -199,6 +216,9 @@ BEGIN
         IF writer.fn = 'embed_sparse' THEN
             -- The sparsevec text, which json_populate_record reads as the column's type.
             RETURN json_populate_record(NEW, json_build_object(tgt, @extschema@.embed_sparse(model, new_text)));
+        ELSIF writer.fn = 'embed_multi' THEN
+            -- A 2-D array: nested JSON arrays, which json_populate_record reads back as one.
+            RETURN json_populate_record(NEW, json_build_object(tgt, @extschema@.embed_multi(model, new_text)));
         END IF;
         RETURN json_populate_record(NEW, json_build_object(tgt, @extschema@.embed(model, new_text)));
     END IF;
