@@ -19,6 +19,7 @@
 # At the end: the time of each stage and the slowest test suites.
 # TEST_ONLY=core runs only c; TEST_ONLY=pgrx runs 0, c and 1; TEST_ONLY=regress runs only 2-5;
 # TEST_ONLY=ops 2, 3 and 6.
+# REGRESS_TESTS="00_setup 73_late" limits the regression suites to those named.
 # PG_EMBED_SKIP_INSTALL=1 skips 2 (test the extension as already installed).
 # PG_EMBED_PG=15 (make test-pg15): stages 1-5 against Debian's PostgreSQL 15 (port 28829,
 # .pg/test-data-15); the core crate does not depend on the PostgreSQL version.
@@ -172,6 +173,10 @@ if want server; then
         for f in tests/regress/sql/*.sql; do
             [ -e "$f" ] || continue
             name="${f##*/}"; name="${name%.sql}"
+            # REGRESS_TESTS="00_setup 73_late": only these suites (while working on one).
+            if [ -n "${REGRESS_TESTS:-}" ] && [[ " $REGRESS_TESTS " != *" $name "* ]]; then
+                continue
+            fi
             if [ "$have_vector" = 0 ] && grep -qx -- '-- requires: vector' "$f"; then
                 skipped+=("$name")
             else

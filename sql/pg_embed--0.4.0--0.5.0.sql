@@ -227,3 +227,21 @@ BEGIN
 END
 $$;
 
+-- 0.5.0: embed.maxsim (late interaction): the exact MaxSim score of two 2-D real[], and of
+-- two arrays of pgvector's vector (anyarray, the element type checked at run time, so that
+-- pg_embed does not depend on pgvector).
+CREATE FUNCTION embed."maxsim"(
+	"query" real[], /* RealArray */
+	"document" real[] /* RealArray */
+) RETURNS real /* f32 */
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'maxsim_wrapper';
+
+CREATE FUNCTION embed."maxsim"(
+	"query" anyarray, /* AnyArray */
+	"document" anyarray /* AnyArray */
+) RETURNS real /* f32 */
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'maxsim_vectors_wrapper';

@@ -17,6 +17,7 @@ mod cache;
 mod catalog;
 mod guc;
 mod jsonb;
+mod late;
 mod sql;
 mod worker;
 

@@ -142,6 +142,54 @@ fn embed_sparse_array(model: &str, inputs: pgrx::Array<&str>) -> SetOfIterator<'
     SetOfIterator::new(rows)
 }
 
+/// `embed_multi(model, input)`: the input's token vectors (late interaction: ColBERT,
+/// bge-m3) as a 2-D `real[]`, one row per kept token, as a document.
+#[pg_extern(immutable, strict, parallel_safe)]
+fn embed_multi(model: &str, input: &str) -> crate::late::Matrix {
+    multi_one(model, input, None)
+}
+
+/// `embed_multi(model, input, prompt_name)`: `'query'` encodes the input as a ColBERT query
+/// (its prefix, expanded to the query length), `'document'` as a document (the default).
+#[pg_extern(immutable, strict, parallel_safe, name = "embed_multi")]
+fn embed_multi_with_prompt(model: &str, input: &str, prompt_name: &str) -> crate::late::Matrix {
+    multi_one(model, input, Some(prompt_name))
+}
+
+fn multi_one(model: &str, input: &str, prompt_name: Option<&str>) -> crate::late::Matrix {
+    let (pipeline, _) = cache::get(model).or_raise();
+    pgrx::check_for_interrupts!();
+    let mut out = multi_batched(&pipeline, &[input], prompt_name);
+    let m = out.pop().unwrap_or_else(|| raise(Error::Inference("no output for the input".into())));
+    crate::late::Matrix { values: m.values, rows: m.rows, cols: m.dim }
+}
+
+/// Token vectors of `inputs` in batches of up to `pg_embed.max_batch_tokens` tokens on
+/// `pg_embed.threads` threads, checking for cancel before each batch.
+fn multi_batched(pipeline: &Pipeline, inputs: &[&str], prompt_name: Option<&str>) -> Vec<pg_embed_core::late::MultiVector> {
+    pipeline
+        .embed_multi(inputs, prompt_name, guc::max_batch_tokens(), guc::threads(), || {
+            pgrx::check_for_interrupts!();
+            Ok(())
+        })
+        .or_raise()
+}
+
+/// `embed_multi(model, inputs text[])`: one 2-D array per input (as documents), in input
+/// order (a NULL element gives a NULL row), batched as `embed(model, text[])`.
+#[pg_extern(immutable, strict, parallel_safe, name = "embed_multi")]
+fn embed_multi_array(model: &str, inputs: pgrx::Array<&str>) -> SetOfIterator<'static, Option<crate::late::Matrix>> {
+    let (pipeline, _) = cache::get(model).or_raise();
+    let all: Vec<Option<&str>> = inputs.iter().collect();
+    let present: Vec<&str> = all.iter().flatten().copied().collect();
+    let mut out = multi_batched(&pipeline, &present, None).into_iter();
+    let rows: Vec<Option<crate::late::Matrix>> = all
+        .iter()
+        .map(|input| input.and_then(|_| out.next().map(|m| crate::late::Matrix { values: m.values, rows: m.rows, cols: m.dim })))
+        .collect();
+    SetOfIterator::new(rows)
+}
+
 /// `embed(model, inputs text[])`: one row per input, in input order (a NULL element gives a
 /// NULL row), computed in batches of up to `pg_embed.max_batch_tokens` tokens grouped by
 /// length; cancel and statement_timeout are checked between batches.
@@ -373,6 +421,22 @@ mod embed {
             }
         }
         JsonB(info)
+    }
+
+    /// `embed.encode_all(model, input)`: bge-m3's three outputs from one forward pass: the
+    /// dense vector (as `embed`), the lexical weights as `sparsevec` text (as `embed_sparse`)
+    /// and the token vectors as a 2-D array (as `embed_multi`).
+    #[pg_extern(immutable, strict, parallel_safe)]
+    fn encode_all(
+        model: &str,
+        input: &str,
+    ) -> TableIterator<'static, (name!(dense, Vec<f32>), name!(sparse, String), name!(multi, crate::late::Matrix))> {
+        let (pipeline, _) = cache::get(model).or_raise();
+        pgrx::check_for_interrupts!();
+        let pipeline: &Pipeline = &pipeline;
+        let all = threads::run(guc::threads(), || pipeline.encode_outputs(input)).and_then(|r| r).or_raise();
+        let multi = crate::late::Matrix { values: all.multi.values, rows: all.multi.rows, cols: all.multi.dim };
+        TableIterator::once((all.dense, all.sparse.to_sparsevec_text(), multi))
     }
 
     /// Registers (or re-registers) a model under `name`, loading it once to validate it.

@@ -4,6 +4,7 @@
 //! `images`: the image functions.
 
 mod images;
+mod late;
 mod operations;
 mod surface;
 

@@ -32,8 +32,8 @@ const LANES: usize = 8;
 const ROWS: usize = 4;
 /// Query panels per tile, at most.
 const PANELS: usize = 4;
-/// Multiply-adds between two looks at the stop probe of [`maxsim_until`] (about a
-/// millisecond of work on one core).
+/// Multiply-adds between two looks at the stop probe of [`maxsim_until`] (half a
+/// millisecond of work on one core with AVX-512, a few without).
 const CHECK_EVERY: usize = 1 << 24;
 /// Scratch kept on a thread between calls (bytes); more is released after the call.
 const KEEP_SCRATCH: usize = 4 << 20;
@@ -83,8 +83,8 @@ pub fn maxsim(query: &[f32], query_rows: usize, document: &[f32], document_rows:
     maxsim_with(kernel(), query, query_rows, document, document_rows, dim, &|| false).unwrap_or(f32::NAN)
 }
 
-/// [`maxsim`] that asks `stop` now and then (about every 16 million multiply-adds) whether
-/// to give up: `None` when it did.
+/// [`maxsim`] that asks `stop` whether to give up first and then about every 16 million
+/// multiply-adds (milliseconds): `None` when it did.
 pub fn maxsim_until(
     query: &[f32],
     query_rows: usize,
@@ -123,7 +123,8 @@ pub fn maxsim_with(
         s.max.clear();
         s.max.resize(panels * LANES, f64::NEG_INFINITY);
         let work_per_group = panels * LANES * ROWS * dim.max(1);
-        let mut since_check = 0usize;
+        // The probe is asked first, then after every CHECK_EVERY multiply-adds.
+        let mut since_check = CHECK_EVERY;
         let mut stopped = false;
         for first in (0..document_rows).step_by(ROWS) {
             if since_check >= CHECK_EVERY {
@@ -199,10 +200,11 @@ fn pack_document(document: &[f32], rows: usize, dim: usize, first: usize, out: &
 fn max_nan(m: f64, v: f64) -> f64 {
     if v.is_nan() {
         v
-    } else if m.is_nan() || !(v > m) {
-        m
-    } else {
+    } else if v > m {
+        // (false when m is NaN: m stays)
         v
+    } else {
+        m
     }
 }
 
@@ -390,7 +392,17 @@ mod tests {
             assert_eq!(v, 8.0, "{}", k.name());
         }
         // Negative maxima are kept, not clipped at 0.
-        assert_eq!(maxsim(&[-1.0, -1.0], 1, &[1.0, 2.0, 3.0, 0.5], 2, 2), -3.5);
+        assert_eq!(maxsim(&[-1.0, -1.0], 1, &[1.0, 2.0, 3.0, 0.5], 2, 2), -3.0);
+    }
+
+    #[test]
+    fn the_same_bits_on_every_cpu_kind() {
+        // ColBERT's shapes; `make test` runs this under every PG_EMBED_CPU cap the CPU allows.
+        let (m, n, dim) = (32, 180, 128);
+        let q = random(m * dim, 11);
+        let d = random(n * dim, 12);
+        let v = maxsim(&q, m, &d, n, dim);
+        assert_eq!(v.to_bits(), 0x439f_5496, "{v} on {}", kernel().name());
     }
 
     #[test]
