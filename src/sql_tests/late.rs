@@ -310,4 +310,77 @@ mod tests {
     fn matrix_from_ragged_rows() {
         matrix_from_rows(vec![vec![1.0, 2.0], vec![3.0]]);
     }
+
+    fn late_models() {
+        crate::sql_tests::use_fixtures();
+        crate::sql_tests::register_with("t_colbert", "late/colbert", "{}");
+        crate::sql_tests::register_with("t_m3", "late/bge_m3", "{}");
+    }
+
+    /// embed_multi's three forms on a ColBERT model: queries expanded to their length,
+    /// documents the default side, the array form one row per input with NULL kept; bge-m3's
+    /// encode_all equal to embed, embed_sparse and embed_multi; the catalog's task.
+    #[pg_test]
+    fn embed_multi_and_encode_all_from_sql() {
+        late_models();
+        let dims = text("SELECT array_dims(embed_multi('t_colbert', 'hello world', 'query'))");
+        assert_eq!(dims.as_deref(), Some("[1:12][1:16]"));
+        let same = Spi::get_one::<bool>(
+            "SELECT embed_multi('t_colbert', 'Hello, world!') = embed_multi('t_colbert', 'Hello, world!', 'document')",
+        )
+        .unwrap();
+        assert_eq!(same, Some(true));
+        let rows = text(
+            "SELECT string_agg(coalesce(array_dims(m), 'NULL'), ' ' ORDER BY i)
+               FROM embed_multi('t_colbert', ARRAY['Hello world', NULL, 'data']) WITH ORDINALITY AS t(m, i)",
+        );
+        assert_eq!(rows.as_deref(), Some("[1:7][1:16] NULL [1:4][1:16]"));
+        let all = Spi::get_one::<bool>(
+            "SELECT a.dense = embed('t_m3', 'hello world') AND a.sparse = embed_sparse('t_m3', 'hello world')
+                    AND a.multi = embed_multi('t_m3', 'hello world')
+               FROM embed.encode_all('t_m3', 'hello world') AS a",
+        )
+        .unwrap();
+        assert_eq!(all, Some(true));
+        let tasks = text("SELECT string_agg(name || ':' || task || ':' || dim, ' ' ORDER BY name) FROM embed.models WHERE name LIKE 't\\_%'");
+        assert_eq!(tasks.as_deref(), Some("t_colbert:multi:16 t_m3:embed:32"));
+        let null = Spi::get_one::<Matrix>("SELECT embed_multi('t_colbert', NULL::text)").unwrap();
+        assert!(null.is_none());
+    }
+
+    #[pg_test(error = "this model gives token vectors (late interaction): call embed_multi(), not embed()")]
+    fn embed_of_a_colbert_model() {
+        late_models();
+        Spi::run("SELECT embed('t_colbert', 'x')").unwrap();
+    }
+
+    #[pg_test(error = "this model gives dense vectors: call embed(), not embed_multi()")]
+    fn embed_multi_of_a_dense_model() {
+        crate::sql_tests::use_fixtures();
+        crate::sql_tests::register_with("t_dense", "pool_mean", "{}");
+        Spi::run("SELECT embed_multi('t_dense', 'x')").unwrap();
+    }
+
+    #[pg_test(error = "unknown prompt name \"passage\"")]
+    fn embed_multi_unknown_side() {
+        late_models();
+        Spi::run("SELECT embed_multi('t_colbert', 'x', 'passage')").unwrap();
+    }
+
+    #[pg_test(error = "this model gives token vectors (late interaction): call embed_multi(), not embed.encode_all()")]
+    fn encode_all_of_a_colbert_model() {
+        late_models();
+        Spi::run("SELECT * FROM embed.encode_all('t_colbert', 'x')").unwrap();
+    }
+
+    #[pg_test(error = "model \"nope\" is not registered")]
+    fn embed_multi_unknown_model() {
+        Spi::run("SELECT embed_multi('nope', 'x')").unwrap();
+    }
+
+    #[pg_test(error = "invalid options: task \"multi\" needs a model with that output (multi: ColBERT or bge-m3; sparse: bge-m3); register a sparse encoder without a task")]
+    fn task_multi_of_a_dense_model() {
+        crate::sql_tests::use_fixtures();
+        crate::sql_tests::register_with("t_dense", "pool_mean", "{\"task\": \"multi\"}");
+    }
 }
