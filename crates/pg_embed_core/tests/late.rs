@@ -259,3 +259,43 @@ fn wrong_calls_name_the_right_one() {
         .unwrap();
     assert!(matches!(err, Error::InvalidOptions(_)), "{err}");
 }
+
+fn no_interrupt() -> pg_embed_core::error::Result<()> {
+    Ok(())
+}
+
+/// The token heads travel in the shared prepared file: a second load maps the file the
+/// first one wrote and gives the same token vectors and lexical weights, bit for bit.
+#[test]
+fn token_heads_are_shared_through_the_prepared_file() {
+    use pg_embed_core::pipeline::Share;
+    use pg_embed_core::prepared::Store;
+    let tmp = tempdir("prepared");
+    let store = Store::open(&tmp).unwrap();
+    let repo = root().canonicalize().unwrap();
+    let texts = ["Hello, world! (a test) -- yes?", "data", ""];
+    for name in ["colbert", "colbert_attend", "bge_m3"] {
+        let d = dir(name).canonicalize().unwrap();
+        let private = Pipeline::load(&d, &Options::default()).unwrap();
+        let load = || {
+            let share = Share { store: &store, files: None, model: name, source: name, interrupt: &no_interrupt };
+            Pipeline::load_shared(&repo, &d, &Options::default(), Some(&share)).unwrap()
+        };
+        let built = load();
+        if let Some(writing) = &built.sharing().writing {
+            writing.wait().clone().unwrap();
+        }
+        let mapped = load();
+        assert!(mapped.sharing().file.is_some() && !mapped.sharing().built(), "{name}: mapped from the file");
+        for side in [Some("query"), None] {
+            let want = multi(&private, &texts, side);
+            assert_eq!(multi(&mapped, &texts, side), want, "{name} {side:?}");
+        }
+        if name == "bge_m3" {
+            let sparse = |p: &Pipeline| p.embed_sparse(&texts, None, usize::MAX, 1, || Ok(())).unwrap();
+            assert_eq!(sparse(&mapped), sparse(&private), "{name}: lexical weights");
+        }
+        assert_eq!(mapped.info().parameters, private.info().parameters, "{name}");
+    }
+    let _ = std::fs::remove_dir_all(&tmp);
+}
