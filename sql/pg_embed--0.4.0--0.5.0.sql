@@ -245,3 +245,47 @@ CREATE FUNCTION embed."maxsim"(
 IMMUTABLE STRICT PARALLEL SAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'maxsim_vectors_wrapper';
+
+-- 0.5.0: late interaction: embed_multi (a ColBERT model's or bge-m3's token vectors as a 2-D
+-- real[]) and embed.encode_all (bge-m3's dense, lexical and token outputs from one pass), as
+-- `cargo pgrx schema` generates them.
+-- pg_embed::sql::embed_multi
+CREATE  FUNCTION "embed_multi"(
+	"model" TEXT, /* & str */
+	"input" TEXT /* & str */
+) RETURNS real[] /* crate :: late :: Matrix */
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'embed_multi_wrapper';
+
+-- pg_embed::sql::embed_multi
+CREATE  FUNCTION "embed_multi"(
+	"model" TEXT, /* & str */
+	"input" TEXT, /* & str */
+	"prompt_name" TEXT /* & str */
+) RETURNS real[] /* crate :: late :: Matrix */
+IMMUTABLE STRICT PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'embed_multi_with_prompt_wrapper';
+
+-- pg_embed::sql::embed_multi
+CREATE  FUNCTION "embed_multi"(
+	"model" TEXT, /* & str */
+	"inputs" TEXT[] /* pgrx :: Array < & str > */
+) RETURNS SETOF real[] /* Option < crate :: late :: Matrix > */
+IMMUTABLE STRICT PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'embed_multi_array_wrapper';
+
+-- pg_embed::sql::embed::encode_all
+CREATE  FUNCTION embed."encode_all"(
+	"model" TEXT, /* & str */
+	"input" TEXT /* & str */
+) RETURNS TABLE (
+	"dense" real[],  /* Vec < f32 > */
+	"sparse" TEXT,  /* String */
+	"multi" real[]  /* crate :: late :: Matrix */
+)
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'encode_all_wrapper';
