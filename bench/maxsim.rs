@@ -10,13 +10,7 @@ use std::time::Instant;
 use pg_embed_core::maxsim::{kernel, maxsim_with, reference, Kernel};
 
 fn random(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-    (0..n)
-        .map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            (s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
-        })
-        .collect()
+    pg_embed_core::maxsim::seeded(n, seed)
 }
 
 /// The naive loop: float32 dot products, a query row and a document row at a time.

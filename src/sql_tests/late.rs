@@ -7,6 +7,7 @@ mod tests {
     use pgrx::prelude::*;
 
     use crate::late::{matrix_from_rows, Matrix};
+    use crate::sql_tests::sql_error;
 
     /// `rows` x `cols` of 1, 2, 3, ... (a Matrix result).
     #[pg_extern(immutable)]
@@ -40,28 +41,9 @@ mod tests {
         Spi::get_one::<String>(sql).unwrap()
     }
 
-    /// The SQLSTATE and message of the error `query` raises ("" if none), caught in a
-    /// subtransaction so the test goes on.
-    fn sql_error(query: &str) -> String {
-        let defined = Spi::get_one::<bool>("SELECT to_regprocedure('pg_temp.sql_error(text)') IS NOT NULL");
-        if defined.unwrap() != Some(true) {
-            Spi::run(
-                "CREATE FUNCTION pg_temp.sql_error(q text) RETURNS text LANGUAGE plpgsql AS $$
-                 BEGIN EXECUTE q; RETURN ''; EXCEPTION WHEN OTHERS THEN RETURN SQLSTATE || ': ' || SQLERRM; END $$",
-            )
-            .unwrap();
-        }
-        Spi::get_one_with_args::<String>("SELECT pg_temp.sql_error($1)", &[query.into()]).unwrap().unwrap()
-    }
 
     fn random(n: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        (0..n)
-            .map(|_| {
-                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                (s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
-            })
-            .collect()
+        pg_embed_core::maxsim::seeded(n, seed)
     }
 
     /// Whether pgvector can be created here (not on Debian's PostgreSQL 15); creates it

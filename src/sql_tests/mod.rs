@@ -10,6 +10,20 @@ mod surface;
 
 use pgrx::prelude::*;
 
+/// The SQLSTATE and message of the error `query` raises ("" if none), caught in a
+/// subtransaction so the test goes on.
+pub(crate) fn sql_error(query: &str) -> String {
+    let defined = Spi::get_one::<bool>("SELECT to_regprocedure('pg_temp.sql_error(text)') IS NOT NULL");
+    if defined.unwrap() != Some(true) {
+        Spi::run(
+            "CREATE FUNCTION pg_temp.sql_error(q text) RETURNS text LANGUAGE plpgsql AS $$
+             BEGIN EXECUTE q; RETURN ''; EXCEPTION WHEN OTHERS THEN RETURN SQLSTATE || ': ' || SQLERRM; END $$",
+        )
+        .unwrap();
+    }
+    Spi::get_one_with_args::<String>("SELECT pg_temp.sql_error($1)", &[query.into()]).unwrap().unwrap()
+}
+
 pub(crate) const MODEL_SOURCE: &str = "all-MiniLM-L6-v2";
 
 pub(crate) fn register(name: &str) {

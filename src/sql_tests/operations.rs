@@ -17,19 +17,6 @@ mod tests {
         .unwrap()
     }
 
-    /// The SQLSTATE and message of the error `query` raises ("" if none), caught in a
-    /// subtransaction so the test goes on.
-    fn sql_error(query: &str) -> String {
-        let defined = Spi::get_one::<bool>("SELECT to_regprocedure('pg_temp.sql_error(text)') IS NOT NULL");
-        if defined.unwrap() != Some(true) {
-            Spi::run(
-                "CREATE FUNCTION pg_temp.sql_error(q text) RETURNS text LANGUAGE plpgsql AS $$
-                 BEGIN EXECUTE q; RETURN ''; EXCEPTION WHEN OTHERS THEN RETURN SQLSTATE || ': ' || SQLERRM; END $$",
-            )
-            .unwrap();
-        }
-        Spi::get_one_with_args::<String>("SELECT pg_temp.sql_error($1)", &[query.into()]).unwrap().unwrap()
-    }
 
     /// Calls, inputs, tokens and forward passes as the pipeline counts them; unload drops the
     /// model from this backend's cache only.

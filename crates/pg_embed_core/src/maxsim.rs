@@ -300,6 +300,19 @@ mod avx512 {
 
 /// MaxSim computed the plain way (float64, a row pair at a time): the tests' and the
 /// benchmark's reference.
+/// `n` values in [-1, 1) from `seed` (a linear congruential generator): the inputs of the
+/// tests and of bench/maxsim.rs.
+#[doc(hidden)]
+pub fn seeded(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+        })
+        .collect()
+}
+
 pub fn reference(query: &[f32], query_rows: usize, document: &[f32], document_rows: usize, dim: usize) -> f64 {
     if query_rows == 0 || document_rows == 0 {
         return 0.0;
@@ -322,13 +335,7 @@ mod tests {
     use super::*;
 
     fn random(n: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        (0..n)
-            .map(|_| {
-                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                (s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
-            })
-            .collect()
+        super::seeded(n, seed)
     }
 
     fn every_kernel(query: &[f32], m: usize, doc: &[f32], n: usize, dim: usize) -> Vec<(Kernel, f32)> {
