@@ -4,29 +4,48 @@
 Each seed makes one vectorized table (a random key type: int, bigint, text, uuid, date,
 timestamptz or numeric; plain, or hash-partitioned in two) and runs a random sequence of
 transactions that commit or roll back, from writer sessions with random DateStyle,
-IntervalStyle, TimeZone, extra_float_digits and search_path:
+IntervalStyle, TimeZone, extra_float_digits and search_path.
+
+The target: odd seeds vectorize a dense `emb vector(DIM)` with MODEL; even seeds a
+multi-vector `emb real[]` with the late-interaction (ColBERT) MULTI_MODEL, whose rows are
+embed_multi's 2-D arrays, and keep a second column `emb_t real[]` with a row-level
+embed.embed_trigger(MULTI_MODEL, 'body', 'emb_t') (BEFORE INSERT OR UPDATE ... FOR EACH ROW,
+made before the first row). As seed % 2 and seed % 7 (the key type) are independent, any 14
+consecutive seeds run every key type with both targets. --target forces one.
+
+The transactions:
 
     INSERT (one row, several, COPY, straight into a partition), UPDATE of the source, of
     another column, of the key, of the source to NULL, DELETE, TRUNCATE
 
 mixed with faults and DDL from an admin session:
 
-    pg_terminate_backend and SIGKILL of a worker, the model dropped and registered again,
-    RENAME of the table and of the source column (and back), ALTER TYPE of an int key to
+    pg_terminate_backend and SIGKILL of a worker, the model dropped and registered again
+    (on multi seeds, half the time it stays dropped for 1-4 steps: the row trigger refuses
+    the writers' INSERTs and UPDATEs meanwhile, 42704, and those transactions roll back),
+    RENAME of the table and of the source column (and back; on multi seeds the row trigger
+    is made again with the new column name in the same transaction: its arguments are names,
+    and a trigger left naming the old column refuses every write), ALTER TYPE of an int key to
     bigint, DETACH and ATTACH of a partition, ADD and DROP of an unrelated column, DROP
     COLUMN of the key, source or target (must be refused, 2BP01), DROP TABLE (must take the
     vectorizer, its queue and errors; the run goes on with a new table, vectorized again).
 
 A Python model of the table (key -> source, kept per transaction and applied on commit)
 is the oracle. At the end, after embed.vectorize_wait: the table holds exactly the model's
-rows, and every row holds embed(model, source) of its current source (NULL for a NULL
-source) or has a row in embed.vectorize_errors. A failure prints the seed; run it again with
+rows, and every row holds embed(model, source) of its current source (embed_multi's array on
+multi seeds: the same array_dims, every element within 1e-5), NULL for a NULL source, or
+has a row in embed.vectorize_errors; on multi seeds every row's emb_t holds embed_multi of
+its source too (NULL for a NULL source), whatever extra_float_digits the writer had (-15
+included: the trigger passes the arrays through text). A failure prints the seed; run it
+again with
 
     tests/ops/vectorize_random.py --seed N [--steps S]
 
 Needs the test server of make test (scripts/env.sh: PG_EMBED_PORT, PG_EMBED_DB, PGDATA) with
 pg_embed and pgvector installed, and MODEL (a registered embedding model, DIM dimensions,
-resolved from SOURCE).
+resolved from SOURCE); MULTI_MODEL (default colbert) is registered from MULTI_SOURCE (default
+late-colbert: tests/fixtures/late/colbert copied into pg_embed.model_dir, as
+tests/ops/vectorize_random.sh does) if it is not already.
 """
 
 import argparse
@@ -80,9 +99,13 @@ class Run:
         self.rng = random.Random(seed)
         self.kind = KEY_TYPES[seed % len(KEY_TYPES)] if args.key_type is None else args.key_type
         self.partitioned = self.rng.random() < 0.5
+        # The target, from the seed alone (no draw: a dense seed replays as before).
+        self.multi = seed % 2 == 0 if args.target is None else args.target == "multi"
         self.table = f"vr_{seed}"
         self.source = "body"
-        self.model = args.model
+        self.model = args.multi_model if self.multi else args.model
+        self.model_source = args.multi_source if self.multi else args.source
+        self.model_dropped = None  # steps left while the model stays dropped (multi seeds)
         self.rows = {}  # key index -> source (None: NULL)
         self.detached = None  # (partition name, {key index: source}) while a partition is detached
         self.log = []
@@ -126,16 +149,23 @@ class Run:
 
     def note(self, what):
         self.log.append(what)
-        # Faults and DDL by name; transactions by outcome.
-        kind = what if what.split(" ")[0] in ("ddl", "fault") else what.split(" ")[0]
+        # Faults, DDL and rollbacks by an error by name; transactions by outcome.
+        kind = what if what.split(" ")[0] in ("ddl", "fault", "rolled_back_by") else what.split(" ")[0]
         self.counts[kind] = self.counts.get(kind, 0) + 1
 
     # ---- setup ------------------------------------------------------------------------
     def setup(self):
         self.admin("CREATE SCHEMA IF NOT EXISTS vr_other")
         self.drop_tables()
-        ddl = sql.SQL("CREATE TABLE {} (k {} PRIMARY KEY, body text, other int, emb vector({}))").format(
-            self.qualified(), sql.SQL(self.kind), sql.Literal(self.args.dim))
+        if self.multi:
+            columns = sql.SQL("emb real[], emb_t real[]")
+            self.admin("SELECT embed.register_model(%(n)s, %(s)s) WHERE NOT EXISTS "
+                       "(SELECT FROM embed.models WHERE name = %(n)s AND source = %(s)s AND task = 'multi')",
+                       {"n": self.model, "s": self.model_source})
+        else:
+            columns = sql.SQL("emb vector({})").format(sql.Literal(self.args.dim))
+        ddl = sql.SQL("CREATE TABLE {} (k {} PRIMARY KEY, body text, other int, {})").format(
+            self.qualified(), sql.SQL(self.kind), columns)
         if self.partitioned:
             ddl = sql.SQL("{} PARTITION BY HASH (k)").format(ddl)
         self.admin(ddl)
@@ -143,12 +173,35 @@ class Run:
             for r in (0, 1):
                 self.admin(sql.SQL("CREATE TABLE {} PARTITION OF {} FOR VALUES WITH (MODULUS 2, REMAINDER {})").format(
                     self.qualified(f"{self.table}_p{r}"), self.qualified(), sql.Literal(r)))
+        if self.multi:
+            # Before the first row: every row the oracle knows has been through it.
+            self.admin(self.create_trigger())
         # A few rows before vectorize: queued by it.
         writer = self.connect()
         self.transaction(writer, [self.op_insert_many for _ in range(2)], commit=True)
         writer.close()
         self.admin("SELECT embed.vectorize(%s, %s, 'emb', %s, %s)",
                    (f"public.{self.table}", self.source, self.model, self.rng.choice([1, 4, 16, 64])))
+
+    def create_trigger(self):
+        """The row trigger that keeps emb_t (multi seeds), on the source column as it is named now."""
+        return sql.SQL("CREATE TRIGGER vr_emb_t BEFORE INSERT OR UPDATE ON {} FOR EACH ROW "
+                       "EXECUTE FUNCTION embed.embed_trigger({}, {}, 'emb_t')").format(
+            self.qualified(), sql.Literal(self.model), sql.Literal(self.source))
+
+    def admin_transaction(self, queries):
+        """Several statements in one transaction, from a fresh admin connection."""
+        with self.connect() as conn:
+            with conn.transaction():
+                with conn.cursor() as cur:
+                    for query in queries:
+                        cur.execute(query)
+
+    def register_again(self):
+        """Ends a drop of the model that lasted several steps (multi seeds)."""
+        if self.model_dropped is not None:
+            self.admin("SELECT embed.register_model(%s, %s)", (self.model, self.model_source))
+            self.model_dropped = None
 
     def drop_tables(self):
         """This seed's tables, from an earlier run too (renamed ones included)."""
@@ -293,6 +346,7 @@ class Run:
         """Runs ops in one transaction; the model takes the effects if it commits."""
         view = dict(self.rows)
         done = []
+        name = None
         try:
             with conn.transaction():
                 with conn.cursor() as cur:
@@ -318,6 +372,22 @@ class Run:
         except psycopg.errors.CheckViolation:
             self.note("rolled_back_by partition_check")
             return
+        except psycopg.errors.FeatureNotSupported as e:
+            # The same wrong partition where the partition has a BEFORE ROW trigger (multi
+            # seeds: the clone of the row trigger): PostgreSQL checks the partition's
+            # constraint after each cloned BEFORE ROW trigger, and says 0A000 "moving row to
+            # another partition during a BEFORE FOR EACH ROW trigger is not supported" first.
+            if not (self.multi and name == "insert_partition" and "moving row to another partition" in str(e)):
+                raise
+            self.note("rolled_back_by partition_check")
+            return
+        except psycopg.errors.UndefinedObject as e:
+            # The row trigger (multi seeds) while the model is dropped: the statement fails,
+            # the transaction rolls back. Anywhere else it is the seed's failure.
+            if self.model_dropped is None or "is not registered" not in str(e):
+                raise
+            self.note("rolled_back_by model_not_registered")
+            return
         except psycopg.errors.UndefinedTable:
             raise
         if commit:
@@ -334,6 +404,8 @@ class Run:
 
     def fault(self):
         r = self.rng
+        # (DDL and faults run with the model registered: a drop that lasts ends here.)
+        self.register_again()
         choice = r.choice(["terminate", "kill", "model", "rename_table", "rename_column", "alter_type",
                            "partition", "add_drop_column", "refused_drop", "drop_table"])
         if choice == "terminate":
@@ -349,8 +421,13 @@ class Run:
                 self.note("fault sigkill")
         elif choice == "model":
             self.admin("SELECT embed.drop_model(%s)", (self.model,))
+            if self.multi and r.random() < 0.5:
+                # Dropped for the next 1-4 steps: the writers meet the row trigger's error.
+                self.model_dropped = r.randint(1, 4)
+                self.note("fault model_dropped_for_steps")
+                return
             time.sleep(r.random() * 0.3)
-            self.admin("SELECT embed.register_model(%s, %s)", (self.model, self.args.source))
+            self.admin("SELECT embed.register_model(%s, %s)", (self.model, self.model_source))
             self.note("fault model_dropped_and_registered")
         elif choice == "rename_table":
             new = f"vr_{self.seed}_r{r.randint(0, 9999)}"
@@ -359,8 +436,18 @@ class Run:
             self.note("ddl rename_table")
         elif choice == "rename_column":
             new = "text_body" if self.source == "body" else "body"
-            self.admin(sql.SQL("ALTER TABLE {} RENAME COLUMN {} TO {}").format(
-                self.qualified(), sql.Identifier(self.source), sql.Identifier(new)))
+            rename = sql.SQL("ALTER TABLE {} RENAME COLUMN {} TO {}").format(
+                self.qualified(), sql.Identifier(self.source), sql.Identifier(new))
+            if self.multi:
+                # The row trigger names its source column: made again with the new name in
+                # the rename's transaction (left naming the old one, it refuses every write,
+                # 42703). A detached partition has no clone of it; ATTACH clones the new one.
+                old, self.source = self.source, new
+                self.admin_transaction([rename, sql.SQL("DROP TRIGGER vr_emb_t ON {}").format(self.qualified()),
+                                        self.create_trigger()])
+                self.source = old
+            else:
+                self.admin(rename)
             if self.detached:
                 # (A detached partition keeps its names; it must match again to be attached.)
                 self.admin(sql.SQL("ALTER TABLE {} RENAME COLUMN {} TO {}").format(
@@ -438,6 +525,10 @@ class Run:
         self.setup()
         writers = [self.connect(self.writer_settings()) for _ in range(self.args.sessions)]
         for step in range(self.args.steps):
+            if self.model_dropped is not None:
+                self.model_dropped -= 1
+                if self.model_dropped < 0:
+                    self.register_again()
             if self.rng.random() < self.args.fault_rate:
                 self.fault()
                 continue
@@ -457,6 +548,7 @@ class Run:
                 writers[w] = self.connect(self.writer_settings())
         for w in writers:
             w.close()
+        self.register_again()
         if self.detached:
             self.fault_attach()
         return self.check()
@@ -491,11 +583,14 @@ class Run:
         error_keys = {e[0] for e in errors}
         for e in errors:
             problems.append(f"error row: key {e[0]!r}: {e[1]} {e[2]}")
-        bad = self.admin(sql.SQL(
-            "SELECT t.k::text, t.{src} IS NULL, t.emb IS NULL, "
-            "       CASE WHEN t.{src} IS NOT NULL AND t.emb IS NOT NULL THEN "
-            "            (SELECT max(abs(a - b)) FROM unnest(t.emb::real[], embed(%s, t.{src}::text)) AS u(a, b)) END "
-            "  FROM {tbl} t").format(src=sql.Identifier(self.source), tbl=tbl), (self.model,))
+        if self.multi:
+            bad = self.check_multi(tbl)
+        else:
+            bad = self.admin(sql.SQL(
+                "SELECT t.k::text, t.{src} IS NULL, t.emb IS NULL, "
+                "       CASE WHEN t.{src} IS NOT NULL AND t.emb IS NOT NULL THEN "
+                "            (SELECT max(abs(a - b)) FROM unnest(t.emb::real[], embed(%s, t.{src}::text)) AS u(a, b)) END "
+                "  FROM {tbl} t").format(src=sql.Identifier(self.source), tbl=tbl), (self.model,))
         wrong = []
         for key, src_null, emb_null, diff in bad:
             if key in error_keys:
@@ -504,11 +599,49 @@ class Run:
                 wrong.append(f"{key}: a vector for a NULL source")
             elif not src_null and emb_null:
                 wrong.append(f"{key}: no vector")
+            elif isinstance(diff, str):
+                wrong.append(f"{key}: {diff}")
             elif diff is not None and diff > 1e-5:
                 wrong.append(f"{key}: a stale vector (max difference {diff:.3g})")
         if wrong:
             problems.append(f"{len(wrong)} of {len(bad)} rows wrong: {wrong[:6]}")
+        if self.multi:
+            # The row trigger's column: no excuse (it is written in the writer's statement).
+            wrong_t = []
+            for key, src_null, emb_null, diff in self.trigger_rows:
+                if src_null and not emb_null:
+                    wrong_t.append(f"{key}: emb_t for a NULL source")
+                elif not src_null and emb_null:
+                    wrong_t.append(f"{key}: no emb_t")
+                elif isinstance(diff, str):
+                    wrong_t.append(f"{key}: emb_t {diff}")
+                elif diff is not None and diff > 1e-5:
+                    wrong_t.append(f"{key}: emb_t differs from embed_multi (max difference {diff:.3g})")
+            if wrong_t:
+                problems.append(f"row trigger: {len(wrong_t)} of {len(bad)} rows wrong: {wrong_t[:6]}")
         return problems, len(bad)
+
+    def check_multi(self, tbl):
+        """Per row: (key, source NULL, emb NULL, difference) for emb, and the same for emb_t
+        into self.trigger_rows; a difference is the max abs difference of the elements, or a
+        text when the arrays' dims differ."""
+        rows = self.admin(sql.SQL(
+            "SELECT t.k::text, t.{src} IS NULL, t.emb IS NULL, t.emb_t IS NULL, "
+            "       array_dims(t.emb), array_dims(t.emb_t), array_dims(m.v), "
+            "       (SELECT max(abs(a - b)) FROM unnest(t.emb, m.v) AS u(a, b) "
+            "         WHERE array_dims(t.emb) = array_dims(m.v)), "
+            "       (SELECT max(abs(a - b)) FROM unnest(t.emb_t, m.v) AS u(a, b) "
+            "         WHERE array_dims(t.emb_t) = array_dims(m.v)) "
+            "  FROM {tbl} t LEFT JOIN LATERAL (SELECT embed_multi(%s, t.{src}::text) AS v "
+            "                                   WHERE t.{src} IS NOT NULL) m ON true").format(
+            src=sql.Identifier(self.source), tbl=tbl), (self.model,)) or []
+        out, self.trigger_rows = [], []
+        for key, src_null, emb_null, emb_t_null, dims, dims_t, want, diff, diff_t in rows:
+            for into, null, got, d in ((out, emb_null, dims, diff), (self.trigger_rows, emb_t_null, dims_t, diff_t)):
+                if not src_null and not null and got != want:
+                    d = f"dims {got}, embed_multi's {want}"
+                into.append((key, src_null, null, d))
+        return out
 
 
 def main():
@@ -522,12 +655,16 @@ def main():
     p.add_argument("--fault-rate", type=float, default=0.12)
     p.add_argument("--kill-rate", type=float, default=0.3, help="share of 'kill' faults that send SIGKILL")
     p.add_argument("--key-type", choices=KEY_TYPES)
+    p.add_argument("--target", choices=["dense", "multi"],
+                   help="force the target (default: even seeds multi, odd seeds dense)")
     p.add_argument("--wait", type=int, default=120)
     p.add_argument("--keep", action="store_true", help="keep the tables")
     args = p.parse_args()
     args.model = os.environ.get("MODEL", "minilm")
     args.source = os.environ.get("SOURCE", "all-MiniLM-L6-v2")
     args.dim = int(os.environ.get("DIM", "384"))
+    args.multi_model = os.environ.get("MULTI_MODEL", "colbert")
+    args.multi_source = os.environ.get("MULTI_SOURCE", "late-colbert")
     args.dsn = (f"host=127.0.0.1 port={os.environ['PG_EMBED_PORT']} user={os.environ.get('PG_SUPERUSER', 'postgres')} "
                 f"dbname={os.environ.get('PG_EMBED_DB', 'postgres')}")
     seeds = list(args.seed or []) + list(range(args.first, args.first + args.seeds))
@@ -535,8 +672,15 @@ def main():
         seeds = [args.first]
     failed = []
     started = time.time()
+    # The multi seeds register MULTI_MODEL where it is not; a run that passes drops it again
+    # (the later tests of tests/ops/run.sh see the database's registrations as they were).
+    with psycopg.connect(args.dsn, autocommit=True) as conn:
+        multi_before = conn.execute("SELECT count(*) FROM embed.models WHERE name = %s",
+                                    (args.multi_model,)).fetchone()[0] > 0
+    any_multi = False
     for seed in seeds:
         run = Run(args, seed)
+        any_multi = any_multi or run.multi
         t0 = time.time()
         try:
             problems, rows = run.run()
@@ -544,15 +688,21 @@ def main():
             problems, rows = [f"{type(e).__name__}: {e}"], 0
         ops = ", ".join(f"{k} {v}" for k, v in sorted(run.counts.items()))
         status = "ok" if not problems else "FAILED"
-        print(f"    seed {seed}: {status} ({run.kind} key, {'partitioned' if run.partitioned else 'plain'}, "
+        target = (f"multi {run.model} real[] + row trigger" if run.multi
+                  else f"dense {run.model} vector({args.dim})")
+        print(f"    seed {seed}: {status} ({target}, {run.kind} key, {'partitioned' if run.partitioned else 'plain'}, "
               f"{rows} rows at the end, {time.time() - t0:.1f} s; {ops})", flush=True)
         if problems:
             failed.append(seed)
             for line in problems[:20]:
                 print(f"      {line}", flush=True)
-            print(f"      replay: tests/ops/vectorize_random.py --seed {seed} --steps {args.steps}", flush=True)
+            print(f"      replay: tests/ops/vectorize_random.py --seed {seed} --steps {args.steps}"
+                  f"{'' if args.target is None else ' --target ' + args.target}", flush=True)
         elif not args.keep:
             run.drop_tables()
+    if any_multi and not failed and not args.keep and not multi_before:
+        with psycopg.connect(args.dsn, autocommit=True) as conn:
+            conn.execute("SELECT embed.drop_model(name) FROM embed.models WHERE name = %s", (args.multi_model,))
     print(f"    {len(seeds)} seeds, {len(failed)} failed, {time.time() - started:.1f} s", flush=True)
     if failed:
         print(f"FAIL: seeds {failed}", file=sys.stderr)
