@@ -14,7 +14,8 @@
 #     (is_query False / True, batch 32) and FlagEmbedding's BGEM3FlagModel.encode (dense
 #     only; all three) against sentence-transformers' encode of the same MiniLM;
 #   - embed.maxsim: a 32 x 128 query against 100 documents of 180 x 128 (random, stored in
-#     a table), ms per query; and against the ColBERT documents of the corpus;
+#     a table), ms per query, and what reading those arrays costs alone; against the
+#     ColBERT documents of the corpus; the kernel alone (bench/maxsim.rs);
 #   - storage per row: the documents' token vectors as real[] (pg_column_size, rows), the
 #     table's size per row, against one vector(128).
 # Prints the CPU first; writes bench/results/late-<commit>-<time>.txt. Not part of the
@@ -52,12 +53,15 @@ psql_b() { "$PGBIN/psql" -X -q -A -t -h 127.0.0.1 -p "$PG_EMBED_PORT" -U "$PG_SU
 {
 bench_header "$THREADS threads, $DOCS documents, $QUERIES queries"
 PYTHONPATH="$PYLATE_SITE" "$BENCH_VENV/bin/python" "$BENCH/late_data.py" build --out "$MODEL_DIR" --minilm "$MINILM_DIR" >/dev/null
+# The server runs as its own OS user: the folders must be readable by it.
+chmod -R a+rX "$MODEL_DIR/bench-colbert" "$MODEL_DIR/bench-m3"
 
 sql="$(mktemp)"
 trap 'rm -f "$sql"' EXIT
 cat >"$sql" <<SQL
 SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS vector;
+CREATE EXTENSION IF NOT EXISTS pg_embed;
 SET pg_embed.threads = $THREADS;
 SELECT embed.register_model('colbert_bench', 'bench-colbert') IS NOT NULL;
 SELECT embed.register_model('m3_bench', 'bench-m3') IS NOT NULL;
@@ -96,6 +100,7 @@ CREATE TEMP TABLE mq AS
 SELECT (SELECT array_agg(r ORDER BY t) FROM (SELECT t, (SELECT array_agg((random() - 0.5)::real) FROM generate_series(1, 128) WHERE t > 0) AS r
                                                FROM generate_series(1, 32) AS t) x) AS m;
 SELECT 'maxsim_100x180', pg_temp.best('SELECT sum(embed.maxsim(mq.m, md.toks)) FROM mq, md');
+SELECT 'read_100x180', pg_temp.best('SELECT sum(array_length(md.toks, 1)) FROM md');
 SELECT 'maxsim_100x180_shape', (SELECT array_dims(m) FROM mq) || ' ' || (SELECT array_dims(toks) FROM md LIMIT 1);
 CREATE TEMP TABLE cd AS SELECT i, embed_multi('colbert_bench', s) AS toks FROM corpus;
 CREATE TEMP TABLE cq AS SELECT embed_multi('colbert_bench', (SELECT s FROM corpus WHERE i = 1), 'query') AS m;
@@ -150,12 +155,16 @@ print(f"    FlagEmbedding BGEM3FlagModel.encode: dense {b['flag_dense_per_s']:.1
 print(f"    pg_embed embed_multi(text[]) vs FlagEmbedding all three: {rate('m3_multi_array', docs) / b['flag_all_per_s']:.2f}x; "
       f"embed(text[]) vs sentence-transformers: {rate('m3_embed_array', docs) / b['st_dense_per_s']:.2f}x")
 print(f"    embed.maxsim, 32x128 query vs 100 documents of 180x128 ({v['maxsim_100x180_shape']}): "
-      f"{1000 * float(v['maxsim_100x180']):.2f} ms per query (from a table, {os.environ.get('THREADS', '')} one backend)")
+      f"{1000 * float(v['maxsim_100x180']):.2f} ms per query (100 calls in one statement over a table)")
+print(f"    of which PostgreSQL reading the 100 arrays (TOAST, {100 * 180 * 128 * 4 / 1e6:.1f} MB): {1000 * float(v['read_100x180']):.2f} ms "
+      f"(SELECT sum(array_length(toks, 1)) over the same rows)")
 print(f"    embed.maxsim, a ColBERT query vs the {docs} corpus documents: {1000 * float(v['maxsim_corpus']):.2f} ms")
 print(f"    storage: {float(v['corpus_doc_rows']):.1f} token rows per document at 128 dimensions, "
       f"{float(v['corpus_doc_bytes']):.0f} bytes per real[] value, {v['corpus_table_bytes_per_row']} bytes per table row "
       f"(heap + TOAST); one vector(128): {v['vector128_bytes']} bytes; MiniLM's vector(384): {v['minilm_dense_bytes']} bytes")
 PY
+step "the MaxSim kernel alone (crates/pg_embed_core, bench/maxsim.rs: one thread, no PostgreSQL)"
+cargo run -q --release -p pg_embed_core --example bench_maxsim 2>/dev/null | sed 's/^/    /'
 info "load average after: $(cut -d' ' -f1-3 /proc/loadavg) (before: $load_before)"
 } 2>&1 | tee "$OUT"
 echo "written: $OUT"

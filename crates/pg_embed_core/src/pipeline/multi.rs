@@ -155,7 +155,7 @@ impl Pipeline {
         in_batches(&lengths, max_batch_tokens, threads, &mut before_batch, |batch| {
             let rows: Vec<&Row> = batch.iter().map(|&i| &rows[i]).collect();
             let hidden = self.late_forward(&rows)?;
-            Ok(rows.iter().zip(hidden).map(|(row, h)| self.token_vectors(heads, row, &h)).collect())
+            Ok(self.token_vectors(heads, &rows, &hidden))
         })
     }
 
@@ -166,9 +166,10 @@ impl Pipeline {
             return Err(Error::WrongOutput { gives: self.gives(), call: "embed.encode_all", instead: self.instead() });
         };
         let rows = self.late_rows(late, Side::Document, &[text])?;
-        let hidden = self.late_forward(&rows.iter().collect::<Vec<_>>())?;
-        let (row, h) = (&rows[0], &hidden[0]);
-        let multi = self.token_vectors(heads, row, h);
+        let rows: Vec<&Row> = rows.iter().collect();
+        let hidden = self.late_forward(&rows)?;
+        let (row, h) = (rows[0], &hidden[0]);
+        let multi = self.token_vectors(heads, &rows, &hidden).pop().ok_or_else(|| Error::Inference("no token vectors".into()))?;
         let lexical = lexical_weights(&row.encoded.ids, &sparse.forward(h), unused, *vocab);
         let pooled = crate::pooling::pool(
             h,
@@ -258,20 +259,36 @@ impl Pipeline {
         Ok((0..batch.len()).map(|i| hidden[batch.sequence(i).start * h..batch.sequence(i).end * h].to_vec()).collect())
     }
 
-    /// The kept tokens of `row` (hidden states `hidden`) through the projections, each row
-    /// L2-normalised (torch's `F.normalize`).
-    fn token_vectors(&self, heads: &LateHeads, row: &Row, hidden: &[f32]) -> MultiVector {
-        let h = self.hidden_size;
-        let mut x: Vec<f32> = hidden.chunks_exact(h).zip(&row.kept).filter(|(_, k)| **k).flat_map(|(t, _)| t.iter().copied()).collect();
-        let rows = x.len() / h.max(1);
+    /// The kept tokens of each of `rows` (hidden states `hidden`) through the projections,
+    /// each token's vector L2-normalised (torch's `F.normalize`): the batch's kept tokens
+    /// as one matrix, so the projections run on the compute threads.
+    fn token_vectors(&self, heads: &LateHeads, rows: &[&Row], hidden: &[Vec<f32>]) -> Vec<MultiVector> {
+        let h = self.hidden_size.max(1);
+        let mut x = Vec::new();
+        let mut counts = Vec::with_capacity(rows.len());
+        for (row, states) in rows.iter().zip(hidden) {
+            let before = x.len();
+            for (t, _) in states.chunks_exact(h).zip(&row.kept).filter(|(_, k)| **k) {
+                x.extend_from_slice(t);
+            }
+            counts.push((x.len() - before) / h);
+        }
         for head in &heads.project {
             x = head.forward(&x);
         }
-        let dim = heads.dim().unwrap_or(h);
-        for v in x.chunks_exact_mut(dim.max(1)) {
+        let dim = heads.dim().unwrap_or(h).max(1);
+        for v in x.chunks_exact_mut(dim) {
             let norm = v.iter().map(|a| a * a).sum::<f32>().sqrt().max(1e-12);
             v.iter_mut().for_each(|a| *a /= norm);
         }
-        MultiVector { values: x, rows, dim }
+        let mut at = 0;
+        counts
+            .into_iter()
+            .map(|n| {
+                let values = x[at * dim..(at + n) * dim].to_vec();
+                at += n;
+                MultiVector { values, rows: n, dim }
+            })
+            .collect()
     }
 }
