@@ -299,3 +299,26 @@ fn token_heads_are_shared_through_the_prepared_file() {
     }
     let _ = std::fs::remove_dir_all(&tmp);
 }
+
+/// A document whose every token is in the skiplist (here the special tokens too, as a
+/// configured skiplist may say) has no token vectors: an empty matrix, and MaxSim over it
+/// is 0 (`embed.maxsim`'s rule for a side without rows). The other documents of the batch
+/// keep theirs.
+#[test]
+fn a_document_without_kept_tokens_is_empty() {
+    let tmp = tempdir("skip_all");
+    copy_model(&dir("colbert_plain"), &tmp);
+    let path = tmp.join("config_sentence_transformers.json");
+    let mut config: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    config["skiplist_words"] = serde_json::json!([".", ",", "the", "[CLS]", "[SEP]"]);
+    std::fs::write(&path, serde_json::to_vec(&config).unwrap()).unwrap();
+    let p = Pipeline::load(&tmp, &Options::default()).unwrap();
+    let docs = multi(&p, &["the.", "the data", ""], None);
+    assert_eq!((docs[0].rows, docs[0].values.len()), (0, 0));
+    assert_eq!(docs[1].rows, 1, "only \"data\" is kept");
+    assert_eq!(docs[2].rows, 0);
+    let q = multi(&p, &["data"], Some("query")).pop().unwrap();
+    assert!(q.rows > 0);
+    assert_eq!(pg_embed_core::maxsim::maxsim(&q.values, q.rows, &docs[0].values, 0, q.dim), 0.0);
+    let _ = std::fs::remove_dir_all(&tmp);
+}

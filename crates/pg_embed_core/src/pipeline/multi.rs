@@ -235,7 +235,9 @@ impl Pipeline {
                         Row { keys: encoded.ids.len(), encoded, kept }
                     }
                 };
-                if row.encoded.ids.is_empty() {
+                // A ColBERT input without tokens (a tokenizer that adds none, an empty
+                // text) has no token vectors: an empty array, not an error.
+                if row.encoded.ids.is_empty() && matches!(late, Late::M3 { .. }) {
                     return Err(Error::EmptyInput { input: t.to_string() });
                 }
                 Ok(row)
@@ -246,8 +248,17 @@ impl Pipeline {
         Ok(rows)
     }
 
-    /// One packed pass of the backbone over `rows`: each row's hidden states [tokens, hidden].
+    /// One packed pass of the backbone over `rows`: each row's hidden states [tokens,
+    /// hidden] (none for a row without tokens).
     fn late_forward(&self, rows: &[&Row]) -> Result<Vec<Vec<f32>>> {
+        let present: Vec<&Row> = rows.iter().copied().filter(|r| !r.encoded.ids.is_empty()).collect();
+        if present.len() < rows.len() {
+            let mut hidden = self.late_forward(&present)?.into_iter();
+            return Ok(rows.iter().map(|r| if r.encoded.ids.is_empty() { Vec::new() } else { hidden.next().unwrap_or_default() }).collect());
+        }
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
         let encoded: Vec<&Encoded> = rows.iter().map(|r| &r.encoded).collect();
         let packed = Packed::of(&encoded);
         let keys: Vec<usize> = rows.iter().map(|r| r.keys).collect();
