@@ -181,8 +181,10 @@ fn bge_m3_three_outputs_match_flagembedding() {
                 // One pass gives the same three.
                 let all = p.encode_outputs(text).unwrap();
                 assert_close(&all.dense, &dense_want, &format!("{what} encode_all dense"));
-                assert_eq!(all.sparse.indices, sparse[i].indices, "{what}: encode_all lexical ids");
-                assert!(max_abs_diff(&all.sparse.values, &sparse[i].values) <= 1e-6, "{what}: encode_all lexical");
+                // (One input in its own pass: within the references' bounds, as the batch is.)
+                assert_eq!(all.sparse.indices, ids, "{what}: encode_all lexical ids");
+                let worst = max_abs_diff(&all.sparse.values, &weights);
+                assert!(worst <= WEIGHT_TOLERANCE, "{what}: encode_all lexical weights differ by {worst}");
                 check_rows(&all.multi, &want["colbert_vecs"][i], &format!("{what} encode_all multi"));
             }
         }

@@ -46,7 +46,7 @@ GROUP BY m.name, s.side ORDER BY m.name, s.side;
 
 -- The document side is the default; the array form gives each input's rows, in order.
 SELECT bool_and(embed_multi('colbert', t.text) = embed_multi('colbert', t.text, 'document')) AS document_default,
-       bool_and(pg_temp.diff(b.v, embed_multi('colbert', t.text)) <= 1e-6) AS batched_equal,
+       bool_and(pg_temp.diff(b.v, embed_multi('colbert', t.text)) <= 1e-5) AS batched_equal,
        count(*) AS inputs
 FROM jsonb_array_elements_text((SELECT g FROM late_golden) -> 'documents') WITH ORDINALITY AS t(text, i)
 JOIN embed_multi('colbert', ARRAY(SELECT jsonb_array_elements_text((SELECT g FROM late_golden) -> 'documents')))
@@ -128,9 +128,9 @@ CALL embed.backfill('late_docs', 'body', 'toks_b', 'colbert', 3);
 RESET client_min_messages;
 SELECT count(*) AS rows,
        bool_and(toks IS NULL AND toks_s IS NULL AND toks_b IS NULL) FILTER (WHERE body IS NULL) AS null_for_null,
-       max(pg_temp.diff(toks, embed_multi('colbert', body))) FILTER (WHERE body IS NOT NULL) <= 1e-6 AS row_trigger_equal,
-       max(pg_temp.diff(toks_b, embed_multi('colbert', body))) FILTER (WHERE body IS NOT NULL) <= 1e-6 AS backfill_equal,
-       max(pg_temp.diff(toks_s, embed_multi('colbert', body))) FILTER (WHERE body IS NOT NULL AND id <> 1) <= 1e-6 AS statement_trigger_equal
+       max(pg_temp.diff(toks, embed_multi('colbert', body))) FILTER (WHERE body IS NOT NULL) <= 1e-5 AS row_trigger_equal,
+       max(pg_temp.diff(toks_b, embed_multi('colbert', body))) FILTER (WHERE body IS NOT NULL) <= 1e-5 AS backfill_equal,
+       max(pg_temp.diff(toks_s, embed_multi('colbert', body))) FILTER (WHERE body IS NOT NULL AND id <> 1) <= 1e-5 AS statement_trigger_equal
 FROM late_docs;
 CREATE TABLE late_wrong (id int PRIMARY KEY, body text, toks vector(16));
 CREATE TRIGGER late_wrong BEFORE INSERT ON late_wrong
