@@ -103,6 +103,13 @@ COLBERT_MODELS = {
     "colbert_attend": dict(backbone="xlm-roberta", backbone_seed=62, seed=63,
                            kwargs=dict(query_length=10, document_length=16, embedding_size=8, bias=True,
                                        attend_to_expansion_tokens=True)),
+    # ModernBERT (3 layers, a sliding window of 8 in the local ones): the expansion tokens not
+    # attended to in global and sliding-window layers alike.
+    # local_attention 16 (8 tokens each side): the last expansion token's window still reaches
+    # the query's own tokens (pg_embed refuses a window that does not: transformers then
+    # attends uniformly to every token of the row, see crates/pg_embed_core/src/pipeline/load.rs).
+    "colbert_modern": dict(backbone="modernbert", backbone_seed=68, seed=69, backbone_config=dict(local_attention=16),
+                           kwargs=dict(query_length=11, document_length=20, embedding_size=16)),
     "colbert_plain": dict(backbone="bert", backbone_seed=None, seed=64,
                           kwargs=dict(query_length=8, document_length=12, embedding_size=16, query_prefix="",
                                       document_prefix="", do_query_expansion=False,
@@ -186,6 +193,9 @@ def build_backbone(kind: str, seed: int | None, out_dir: str) -> int:
     if kind == "xlm-roberta":
         gbf.build(os.path.basename(out_dir), "xlm-roberta", "unigram_xlmr", seed, out_dir)
         return json.load(open(os.path.join(out_dir, "config.json")))["vocab_size"]
+    if kind == "modernbert":
+        gbf.build(os.path.basename(out_dir), "modernbert", "wordpiece", seed, out_dir)
+        return json.load(open(os.path.join(out_dir, "config.json")))["vocab_size"]
     raise ValueError(kind)
 
 
@@ -195,6 +205,12 @@ def build_colbert(name: str, spec: dict, work: str, out_dir: str) -> dict:
 
     backbone_dir = os.path.join(work, name + "_backbone")
     vocab_size = build_backbone(spec["backbone"], spec["backbone_seed"], backbone_dir)
+    if spec.get("backbone_config"):
+        path = os.path.join(backbone_dir, "config.json")
+        config = json.load(open(path))
+        config.update(spec["backbone_config"])
+        with open(path, "w") as f:
+            json.dump(config, f, indent=2, sort_keys=True)
     torch.manual_seed(spec["seed"])
     model = models.ColBERT(backbone_dir, device="cpu", **spec["kwargs"])
     g = torch.Generator().manual_seed(spec["seed"])

@@ -58,7 +58,7 @@ fn check_rows(got: &MultiVector, want: &Value, what: &str) -> f32 {
     worst
 }
 
-const COLBERTS: [&str; 3] = ["colbert", "colbert_attend", "colbert_plain"];
+const COLBERTS: [&str; 4] = ["colbert", "colbert_attend", "colbert_modern", "colbert_plain"];
 
 #[test]
 fn colbert_queries_and_documents_match_pylate() {
@@ -322,5 +322,22 @@ fn a_document_without_kept_tokens_is_empty() {
     let q = multi(&p, &["data"], Some("query")).pop().unwrap();
     assert!(q.rows > 0);
     assert_eq!(pg_embed_core::maxsim::maxsim(&q.values, q.rows, &docs[0].values, 0, q.dim), 0.0);
+    let _ = std::fs::remove_dir_all(&tmp);
+}
+
+/// ModernBERT's sliding-window layers with a window that leaves the last expansion tokens of
+/// a short query nothing but expansion tokens to see are refused by name (transformers then
+/// attends uniformly to the whole row); the fixture's window (8 each side) passes.
+#[test]
+fn a_sliding_window_short_of_the_expansion_is_refused() {
+    let tmp = tempdir("narrow_window");
+    copy_model(&dir("colbert_modern"), &tmp);
+    let path = tmp.join("config.json");
+    let mut config: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    config["local_attention"] = serde_json::json!(8);
+    std::fs::write(&path, serde_json::to_vec(&config).unwrap()).unwrap();
+    let err = Pipeline::load(&tmp, &Options::default()).err().expect("refused");
+    assert_eq!(err.sqlstate(), SqlState::FeatureNotSupported, "{err}");
+    assert!(err.to_string().contains("query_length 11 with sliding-window layers of 4 tokens each side"), "{err}");
     let _ = std::fs::remove_dir_all(&tmp);
 }

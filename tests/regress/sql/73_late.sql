@@ -13,6 +13,7 @@ SELECT pg_read_file(current_setting('pg_embed.model_dir') || '/late/golden.json'
 SELECT name, task, architecture, dim
 FROM (VALUES ('colbert', 'late/colbert', '{}'),
              ('colbert_attend', 'late/colbert_attend', '{}'),
+             ('colbert_modern', 'late/colbert_modern', '{}'),
              ('colbert_plain', 'late/colbert_plain', '{}'),
              ('m3', 'late/bge_m3', '{}'),
              ('m3_multi', 'late/bge_m3', '{"task": "multi"}'),
@@ -31,13 +32,14 @@ CREATE FUNCTION pg_temp.diff(a real[], b real[]) RETURNS real LANGUAGE sql AS $$
                 ELSE coalesce((SELECT max(abs(x - y)) FROM unnest(a, b) AS u(x, y)), 0) END
 $$;
 
--- Every query and document of the three ColBERT models (one call per input): the shape
+-- Every query and document of the four ColBERT models (one call per input; ModernBERT's
+-- sliding-window layers among them): the shape
 -- (a row per kept token: queries expanded to their length, documents without the
 -- skiplist's tokens) and the values within 2e-5 of PyLate's.
 SELECT m.name, s.side, count(*) AS inputs,
        bool_and(array_dims(v) = array_dims(pg_temp.matrix(w))) AS shapes_equal,
        max(pg_temp.diff(v, pg_temp.matrix(w))) < 2e-5 AS within_2e_5
-FROM (VALUES ('colbert'), ('colbert_attend'), ('colbert_plain')) AS m(name),
+FROM (VALUES ('colbert'), ('colbert_attend'), ('colbert_modern'), ('colbert_plain')) AS m(name),
      (VALUES ('query', 'queries'), ('document', 'documents')) AS s(side, texts),
      LATERAL jsonb_array_elements_text((SELECT g FROM late_golden) -> s.texts) WITH ORDINALITY AS t(text, i),
      LATERAL (SELECT (SELECT g FROM late_golden) -> 'models' -> m.name -> (s.side || '_vectors') -> (t.i::int - 1) AS w) AS r,
@@ -163,4 +165,4 @@ FROM (SELECT (SELECT g FROM late_golden) -> 'models' -> 'colbert' -> 'scores' ->
 ORDER BY 1;
 
 DROP TABLE late_docs, late_wrong, late_tokens, late_golden;
-SELECT count(*) AS dropped FROM (SELECT embed.drop_model(name) FROM embed.models WHERE name IN ('colbert', 'colbert_attend', 'colbert_plain', 'm3', 'm3_multi', 'm3_sparse')) AS d;
+SELECT count(*) AS dropped FROM (SELECT embed.drop_model(name) FROM embed.models WHERE name IN ('colbert', 'colbert_attend', 'colbert_modern', 'colbert_plain', 'm3', 'm3_multi', 'm3_sparse')) AS d;

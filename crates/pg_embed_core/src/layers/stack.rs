@@ -493,6 +493,12 @@ impl Stack {
         self.layers.iter().enumerate().map(per_layer).sum::<usize>() + usize::from(self.final_norm.is_some())
     }
 
+    /// The window of the sliding layers (keys at most this many positions from each
+    /// query), if any layer slides.
+    pub fn sliding_window(&self) -> Option<usize> {
+        self.sliding.as_ref().filter(|s| s.layers.iter().any(|&l| l)).map(|s| s.window)
+    }
+
     /// The sliding window of layer `i`, if it slides.
     fn window_of(&self, i: usize) -> Option<&Sliding> {
         self.sliding.as_ref().filter(|s| s.layers.get(i) == Some(&true))

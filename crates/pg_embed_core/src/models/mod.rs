@@ -170,6 +170,12 @@ pub trait Model: Send + Sync + Prepare {
         false
     }
 
+    /// The window of the sliding-window layers, if the model has any: keys at most this
+    /// many positions from each query.
+    fn sliding_window(&self) -> Option<usize> {
+        None
+    }
+
     /// The width of the pooler output (transformers' `pooler_output`), if the checkpoint
     /// carries a pooler.
     fn pooler_size(&self) -> Option<usize> {

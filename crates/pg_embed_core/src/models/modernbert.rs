@@ -253,10 +253,21 @@ impl Model {
     /// end to end, sequence i at tokens bounds[i]..bounds[i + 1]; rotary positions 0..
     /// within each. ModernBERT has no token types.
     pub fn forward_packed(&self, ids: &[u32], bounds: &[usize]) -> candle_core::Result<Vec<f32>> {
+        self.forward_keyed(ids, bounds, None)
+    }
+
+    /// As `forward_packed`, with each sequence's keys kept to its first tokens (`keys`:
+    /// `Batch::keys`), in global and sliding-window layers alike.
+    fn forward_keyed(
+        &self,
+        ids: &[u32],
+        bounds: &[usize],
+        keys: Option<&layers::KeyLimits>,
+    ) -> candle_core::Result<Vec<f32>> {
         let lengths = layers::lengths_of(bounds, ids.len())?;
         let mut x = self.word.gather(ids)?;
         self.norm.forward(&mut x);
-        self.stack.try_forward(&mut x, &lengths)?;
+        self.stack.try_forward_with(&mut x, &lengths, keys.map(|k| k as &dyn layers::ScoreTerm))?;
         Ok(x)
     }
 }
@@ -284,6 +295,15 @@ impl super::Config for Config {
 
 impl super::Model for Model {
     fn forward(&self, batch: &super::Batch) -> candle_core::Result<Vec<f32>> {
-        self.forward_packed(batch.ids, batch.bounds)
+        self.forward_keyed(batch.ids, batch.bounds, batch.key_limits()?.as_ref())
+    }
+
+    /// Tokens that are queries only are hidden as keys (`Batch::keys`).
+    fn hides_keys(&self) -> bool {
+        true
+    }
+
+    fn sliding_window(&self) -> Option<usize> {
+        self.stack.sliding_window()
     }
 }

@@ -243,8 +243,26 @@ impl Pipeline {
                         what: "ColBERT backbone with query expansion tokens not attended to",
                         value: config.architecture().to_string(),
                         path: bdir.join("config.json"),
-                        supported: "BERT, RoBERTa, XLM-RoBERTa, DistilBERT, ELECTRA, MPNet (or attend_to_expansion_tokens true)",
+                        supported: "BERT, RoBERTa, XLM-RoBERTa, DistilBERT, ELECTRA, MPNet, ModernBERT (or attend_to_expansion_tokens true)",
                     });
+                }
+                // A sliding window that leaves the last expansion token of the shortest query
+                // (its special tokens and prefix) with only expansion tokens to see: transformers
+                // then attends uniformly to every token of the row, which is not reproduced.
+                if let Some(window) = backbone.sliding_window().filter(|_| settings.query_expansion && !settings.attend_to_expansion_tokens) {
+                    let specials = t.tokenizer.get_post_processor().map_or(0, |p| p.added_tokens(false));
+                    let fewest = (specials + usize::from(settings.query_prefix_id.is_some())).max(1);
+                    if settings.query_length - 1 >= window + fewest {
+                        return Err(Error::Unsupported {
+                            what: "ColBERT query expansion beyond the sliding window",
+                            value: format!(
+                                "query_length {} with sliding-window layers of {window} tokens each side",
+                                settings.query_length
+                            ),
+                            path: dir.join("config_sentence_transformers.json"),
+                            supported: "a window that reaches from every expansion token back to the query's own tokens (query_length - 1 < window + the query's special and prefix tokens), as the published models have",
+                        });
+                    }
                 }
                 Some(super::multi::Late::colbert(settings, &t.tokenizer)?)
             }
