@@ -35,9 +35,17 @@ pub struct Matrix {
     pub cols: usize,
 }
 
+/// Token vectors as the 2-D array `embed_multi` returns.
+impl From<pg_embed_core::late::MultiVector> for Matrix {
+    fn from(m: pg_embed_core::late::MultiVector) -> Self {
+        Matrix { values: m.values, rows: m.rows, cols: m.dim }
+    }
+}
+
 /// The matrix of `rows`, one row each; they must all have the same length (a caller's bug,
-/// raised as XX000, otherwise). No rows: a matrix of 0 rows.
-#[allow(dead_code)] // (for embed_multi)
+/// raised as XX000, otherwise). No rows: a matrix of 0 rows. (The #[pg_test]s build theirs
+/// with it.)
+#[cfg(any(test, feature = "pg_test"))]
 pub fn matrix_from_rows(rows: Vec<Vec<f32>>) -> Matrix {
     let cols = rows.first().map_or(0, Vec::len);
     if let Some((i, row)) = rows.iter().enumerate().find(|(_, r)| r.len() != cols) {

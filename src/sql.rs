@@ -161,7 +161,7 @@ fn multi_one(model: &str, input: &str, prompt_name: Option<&str>) -> crate::late
     pgrx::check_for_interrupts!();
     let mut out = multi_batched(&pipeline, &[input], prompt_name);
     let m = out.pop().unwrap_or_else(|| raise(Error::Inference("no output for the input".into())));
-    crate::late::Matrix { values: m.values, rows: m.rows, cols: m.dim }
+    m.into()
 }
 
 /// Token vectors of `inputs` in batches of up to `pg_embed.max_batch_tokens` tokens on
@@ -185,7 +185,7 @@ fn embed_multi_array(model: &str, inputs: pgrx::Array<&str>) -> SetOfIterator<'s
     let mut out = multi_batched(&pipeline, &present, None).into_iter();
     let rows: Vec<Option<crate::late::Matrix>> = all
         .iter()
-        .map(|input| input.and_then(|_| out.next().map(|m| crate::late::Matrix { values: m.values, rows: m.rows, cols: m.dim })))
+        .map(|input| input.and_then(|_| out.next().map(crate::late::Matrix::from)))
         .collect();
     SetOfIterator::new(rows)
 }
@@ -435,8 +435,7 @@ mod embed {
         pgrx::check_for_interrupts!();
         let pipeline: &Pipeline = &pipeline;
         let all = threads::run(guc::threads(), || pipeline.encode_outputs(input)).and_then(|r| r).or_raise();
-        let multi = crate::late::Matrix { values: all.multi.values, rows: all.multi.rows, cols: all.multi.dim };
-        TableIterator::once((all.dense, all.sparse.to_sparsevec_text(), multi))
+        TableIterator::once((all.dense, all.sparse.to_sparsevec_text(), all.multi.into()))
     }
 
     /// Registers (or re-registers) a model under `name`, loading it once to validate it.
