@@ -20,12 +20,13 @@ use std::borrow::Cow;
 use pgrx::callconv::{Arg, ArgAbi, BoxRet, FcInfo};
 use pgrx::datum::Datum;
 use pgrx::pg_sys;
-use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::pgrx_sql_entity_graph::metadata::{
     ArgumentError, ReturnsError, ReturnsRef, SqlArrayMappingRef, SqlMappingRef, SqlTranslatable, TypeOrigin,
 };
 use pgrx::prelude::*;
 use pgrx::AnyArray;
+
+use crate::sql::report as raise;
 
 /// A matrix of float32 values, row-major: SQL's 2-D `real[]` (see the module's notes).
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -72,16 +73,6 @@ enum ArrayIssue {
     TooManyDims(usize, String),
     /// A NULL element, at these subscripts (`[2][3]`).
     Null(String),
-}
-
-/// Raises an ERROR with this SQLSTATE, message and hint.
-fn raise(code: PgSqlErrorCode, message: String, hint: Option<&str>) -> ! {
-    let mut report = ErrorReport::new(code, message, "pg_embed");
-    if let Some(hint) = hint {
-        report = report.set_hint(hint);
-    }
-    report.report(PgLogLevel::ERROR);
-    unreachable!("ereport(ERROR) returned")
 }
 
 fn raise_issue(what: &str, issue: ArrayIssue) -> ! {

@@ -41,8 +41,14 @@ fn raise(err: Error) -> ! {
         // raises it with its own message and code (57014, or FATAL for a terminate).
         pgrx::check_for_interrupts!();
     }
-    let mut report = ErrorReport::new(sqlerrcode(err.sqlstate()), err.to_string(), "pg_embed");
-    if let Some(hint) = err.hint() {
+    report(sqlerrcode(err.sqlstate()), err.to_string(), err.hint().as_deref())
+}
+
+/// Raises an ERROR with this SQLSTATE, message and hint: every ERROR of pg_embed's SQL layer
+/// (`raise` of an `Error`, and `late.rs`'s errors of the arrays it reads) is made here.
+pub(crate) fn report(code: PgSqlErrorCode, message: String, hint: Option<&str>) -> ! {
+    let mut report = ErrorReport::new(code, message, "pg_embed");
+    if let Some(hint) = hint {
         report = report.set_hint(hint);
     }
     report.report(PgLogLevel::ERROR);
