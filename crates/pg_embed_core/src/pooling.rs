@@ -147,6 +147,14 @@ pub fn pool_rows<'a>(
 /// L2 normalisation of each row as torch.nn.functional.normalize(p=2, dim=1, eps=1e-12).
 pub fn l2_normalize(rows: &mut [Vec<f32>]) {
     for row in rows {
+        let width = row.len();
+        l2_normalize_rows(row, width);
+    }
+}
+
+/// [`l2_normalize`] of the rows of `width` values laid end to end in `x`.
+pub fn l2_normalize_rows(x: &mut [f32], width: usize) {
+    for row in x.chunks_exact_mut(width.max(1)) {
         let norm = row.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
         row.iter_mut().for_each(|x| *x /= norm);
     }

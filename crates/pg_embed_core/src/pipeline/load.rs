@@ -229,54 +229,32 @@ impl Pipeline {
             _ => None,
         };
         let late = match (&text, late_heads) {
-            (Some((t, _, _)), Some(_)) if colbert => {
-                let (_, settings) = layout.colbert.as_ref().ok_or_else(|| Error::Inference("no ColBERT settings".into()))?;
-                let specials = crate::late::SpecialTokens::read(&bdir.join("tokenizer_config.json"))?;
-                let settings = crate::late::Colbert::resolve(
-                    settings,
-                    &t.tokenizer,
-                    &specials,
-                    &dir.join("config_sentence_transformers.json"),
-                )?;
-                if !settings.attend_to_expansion_tokens && settings.query_expansion && !backbone.hides_keys() {
-                    return Err(Error::Unsupported {
-                        what: "ColBERT backbone with query expansion tokens not attended to",
-                        value: config.architecture().to_string(),
-                        path: bdir.join("config.json"),
-                        supported: "BERT, RoBERTa, XLM-RoBERTa, DistilBERT, ELECTRA, MPNet, ModernBERT (or attend_to_expansion_tokens true)",
-                    });
-                }
-                // A sliding window that leaves the last expansion token of the shortest query
-                // (its special tokens and prefix) with only expansion tokens to see: transformers
-                // then attends uniformly to every token of the row, which is not reproduced.
-                if let Some(window) = backbone.sliding_window().filter(|_| settings.query_expansion && !settings.attend_to_expansion_tokens) {
-                    let specials = t.tokenizer.get_post_processor().map_or(0, |p| p.added_tokens(false));
-                    let fewest = (specials + usize::from(settings.query_prefix_id.is_some())).max(1);
-                    if settings.query_length - 1 >= window + fewest {
-                        return Err(Error::Unsupported {
-                            what: "ColBERT query expansion beyond the sliding window",
-                            value: format!(
-                                "query_length {} with sliding-window layers of {window} tokens each side",
-                                settings.query_length
-                            ),
-                            path: dir.join("config_sentence_transformers.json"),
-                            supported: "a window that reaches from every expansion token back to the query's own tokens (query_length - 1 < window + the query's special and prefix tokens), as the published models have",
-                        });
-                    }
-                }
-                Some(super::multi::Late::colbert(settings, &t.tokenizer)?)
-            }
-            (Some((t, _, _)), Some(_)) => {
-                let specials = crate::late::SpecialTokens::read(&bdir.join("tokenizer_config.json"))?;
-                Some(super::multi::Late::M3 { unused: specials.unused_ids(&t.tokenizer), vocab: config.vocab_size(), selection })
-            }
+            (Some((t, _, _)), Some(_)) => Some(super::multi::Late::load(
+                layout.colbert.as_ref().map(|(_, settings)| settings),
+                &t.tokenizer,
+                backbone.as_ref(),
+                (bdir, dir),
+                &config,
+                selection,
+            )?),
             _ => None,
+        };
+        // What the model gives by default (what the write paths store).
+        let task = match (classifier, &sparse) {
+            (Some(_), _) => "classify",
+            (None, Some(_)) => "sparse",
+            (None, None) if colbert => "multi",
+            (None, None) => match options.task.as_deref() {
+                Some("multi") => "multi",
+                Some("sparse") => "sparse",
+                _ => "embed",
+            },
         };
         // The heads' sizes were checked in order when the weights were built.
         let dim = match (&sparse, late_heads.as_ref().and_then(|h| h.dim())) {
             (Some(s), _) => s.vocab,
-            (None, Some(d)) if colbert || options.task.as_deref() == Some("multi") => d,
-            (None, _) if options.task.as_deref() == Some("sparse") => config.vocab_size(),
+            (None, Some(d)) if task == "multi" => d,
+            (None, _) if task == "sparse" => config.vocab_size(),
             (None, _) => weights.output_dim().unwrap_or_else(|| pooled_dim(&pooling, backbone.as_ref(), &config)),
         };
         let routing = match (&layout.router, routes) {
@@ -302,16 +280,7 @@ impl Pipeline {
             None => (0, false, BTreeMap::new(), None, true),
         };
         let info = PipelineInfo {
-            task: match (classifier, &sparse) {
-                (Some(_), _) => "classify",
-                (None, Some(_)) => "sparse",
-                (None, None) if colbert => "multi",
-                (None, None) => match options.task.as_deref() {
-                    Some("multi") => "multi",
-                    Some("sparse") => "sparse",
-                    _ => "embed",
-                },
-            },
+            task,
             multi: late.as_ref().zip(late_heads.as_ref()).map(|(l, h)| l.describe(h)),
             sparse: sparse.as_ref().map(|s| s.describe(mlm.as_ref())),
             classifier: classifier.map(Classifier::describe),
@@ -534,45 +503,12 @@ fn build_weights(
         dim = head.out_features;
         heads.push(head);
     }
-    let late = late_heads(bdir, layout, m3, config.hidden_size())?;
+    let late = super::multi::LateHeads::load(bdir, layout, m3, config.hidden_size())?;
     let parameters = parameters
         + heads.iter().map(Dense::parameters).sum::<usize>()
         + routes.as_ref().map_or(0, Routes::parameters)
         + late.as_ref().map_or(0, super::multi::LateHeads::parameters);
     Ok(Weights { backbone, classifier, heads, parameters, mlm, routes, late })
-}
-
-/// The token heads of a late-interaction model: a ColBERT model's Dense modules (each
-/// checked against the width before it), bge-m3's `colbert_linear.pt` and `sparse_linear.pt`.
-fn late_heads(bdir: &Path, layout: &Layout, m3: bool, hidden: usize) -> Result<Option<super::multi::LateHeads>> {
-    if let Some((folders, _)) = &layout.colbert {
-        let mut project = Vec::with_capacity(folders.len());
-        let mut dim = hidden;
-        for folder in folders {
-            let head = Dense::load(folder)?;
-            if head.in_features != dim {
-                return Err(Error::invalid_file(
-                    folder.join("config.json"),
-                    format!("in_features {} does not match the previous stage's output dimension {dim}", head.in_features),
-                ));
-            }
-            dim = head.out_features;
-            project.push(head);
-        }
-        return Ok(Some(super::multi::LateHeads { project, sparse: None }));
-    }
-    if !m3 {
-        return Ok(None);
-    }
-    let colbert = Dense::from_torch_linear(&bdir.join("colbert_linear.pt"), hidden)?;
-    let sparse = Dense::from_torch_linear(&bdir.join("sparse_linear.pt"), hidden)?;
-    if sparse.out_features != 1 {
-        return Err(Error::invalid_file(
-            bdir.join("sparse_linear.pt"),
-            format!("weight has {} outputs; a token weight head has 1", sparse.out_features),
-        ));
-    }
-    Ok(Some(super::multi::LateHeads { project: vec![colbert], sparse: Some(sparse) }))
 }
 
 /// The width of the pooling stage's output: each mode's, concatenated.

@@ -2,17 +2,20 @@
 //! model or of bge-m3, and bge-m3's lexical weights and its three outputs from one pass
 //! (`encode_all`). See `crate::late`.
 
+use std::path::Path;
 use std::sync::atomic::Ordering::Relaxed;
 
-use tokenizers::{Tokenizer, TruncationParams};
+use tokenizers::{PostProcessor, Tokenizer, TruncationParams};
 
 use super::batch::{in_batches, Packed};
 use super::text::{encode_typed, Encoded};
 use super::Pipeline;
 use crate::error::{Error, Result};
 use crate::heads::Dense;
-use crate::late::{lexical_weights, Colbert, MultiVector, Side};
-use crate::sparse::SparseVector;
+use crate::late::{lexical_weights, Colbert, ColbertConfig, MultiVector, Side, SpecialTokens};
+use crate::models::{BackboneConfig, Model};
+use crate::sparse::{Selection, SparseVector};
+use crate::st::Layout;
 
 /// The weights of the token heads: the projections of every token (PyLate's Dense modules,
 /// bge-m3's `colbert_linear`) and bge-m3's `sparse_linear`.
@@ -23,6 +26,40 @@ pub(crate) struct LateHeads {
 }
 
 impl LateHeads {
+    /// The token heads of a late-interaction model: a ColBERT model's Dense modules (each
+    /// checked against the width before it), bge-m3's `colbert_linear.pt` and
+    /// `sparse_linear.pt` beside the backbone (`m3`); None for any other model.
+    pub(crate) fn load(bdir: &Path, layout: &Layout, m3: bool, hidden: usize) -> Result<Option<Self>> {
+        if let Some((folders, _)) = &layout.colbert {
+            let mut project = Vec::with_capacity(folders.len());
+            let mut dim = hidden;
+            for folder in folders {
+                let head = Dense::load(folder)?;
+                if head.in_features != dim {
+                    return Err(Error::invalid_file(
+                        folder.join("config.json"),
+                        format!("in_features {} does not match the previous stage's output dimension {dim}", head.in_features),
+                    ));
+                }
+                dim = head.out_features;
+                project.push(head);
+            }
+            return Ok(Some(LateHeads { project, sparse: None }));
+        }
+        if !m3 {
+            return Ok(None);
+        }
+        let colbert = Dense::from_torch_linear(&bdir.join("colbert_linear.pt"), hidden)?;
+        let sparse = Dense::from_torch_linear(&bdir.join("sparse_linear.pt"), hidden)?;
+        if sparse.out_features != 1 {
+            return Err(Error::invalid_file(
+                bdir.join("sparse_linear.pt"),
+                format!("weight has {} outputs; a token weight head has 1", sparse.out_features),
+            ));
+        }
+        Ok(Some(LateHeads { project: vec![colbert], sparse: Some(sparse) }))
+    }
+
     pub(crate) fn parameters(&self) -> usize {
         self.project.iter().chain(&self.sparse).map(Dense::parameters).sum()
     }
@@ -39,12 +76,58 @@ pub(crate) enum Late {
     Colbert { settings: Colbert, query: Tokenizer, document: Tokenizer },
     /// bge-m3: the model's tokenizer; every token but the first; lexical weights over
     /// `vocab` ids, leaving out the `unused` ones, then `max_terms` and `min_weight`.
-    M3 { unused: Vec<u32>, vocab: usize, selection: crate::sparse::Selection },
+    M3 { unused: Vec<u32>, vocab: usize, selection: Selection },
 }
 
 impl Late {
+    /// The stage of a model with token heads: ColBERT's (`colbert`: its PyLate settings)
+    /// resolved against the tokenizer and checked against what the backbone computes, else
+    /// bge-m3's. `dirs`: the backbone's folder and the model's.
+    pub(crate) fn load(
+        colbert: Option<&ColbertConfig>,
+        tokenizer: &Tokenizer,
+        backbone: &dyn Model,
+        (bdir, dir): (&Path, &Path),
+        config: &BackboneConfig,
+        selection: Selection,
+    ) -> Result<Self> {
+        let specials = SpecialTokens::read(&bdir.join("tokenizer_config.json"))?;
+        let Some(colbert) = colbert else {
+            return Ok(Late::M3 { unused: specials.unused_ids(tokenizer), vocab: config.vocab_size(), selection });
+        };
+        let settings = Colbert::resolve(colbert, tokenizer, &specials, &dir.join("config_sentence_transformers.json"))?;
+        let hidden_expansion = settings.query_expansion && !settings.attend_to_expansion_tokens;
+        if hidden_expansion && !backbone.hides_keys() {
+            return Err(Error::Unsupported {
+                what: "ColBERT backbone with query expansion tokens not attended to",
+                value: config.architecture().to_string(),
+                path: bdir.join("config.json"),
+                supported: "BERT, RoBERTa, XLM-RoBERTa, DistilBERT, ELECTRA, MPNet, ModernBERT (or attend_to_expansion_tokens true)",
+            });
+        }
+        // A sliding window that leaves the last expansion token of the shortest query (its
+        // special tokens and prefix) with only expansion tokens to see: transformers then
+        // attends uniformly to every token of the row, which is not reproduced.
+        if let Some(window) = backbone.sliding_window().filter(|_| hidden_expansion) {
+            let specials = tokenizer.get_post_processor().map_or(0, |p| p.added_tokens(false));
+            let fewest = (specials + usize::from(settings.query_prefix_id.is_some())).max(1);
+            if settings.query_length - 1 >= window + fewest {
+                return Err(Error::Unsupported {
+                    what: "ColBERT query expansion beyond the sliding window",
+                    value: format!(
+                        "query_length {} with sliding-window layers of {window} tokens each side",
+                        settings.query_length
+                    ),
+                    path: dir.join("config_sentence_transformers.json"),
+                    supported: "a window that reaches from every expansion token back to the query's own tokens (query_length - 1 < window + the query's special and prefix tokens), as the published models have",
+                });
+            }
+        }
+        Late::colbert(settings, tokenizer)
+    }
+
     /// A ColBERT stage: `tokenizer` (padding off) cut at each side's length.
-    pub(crate) fn colbert(settings: Colbert, tokenizer: &Tokenizer) -> Result<Self> {
+    fn colbert(settings: Colbert, tokenizer: &Tokenizer) -> Result<Self> {
         let cut = |side| -> Result<Tokenizer> {
             let mut t = tokenizer.clone();
             let max_length = settings.tokenizer_length(side);
@@ -150,12 +233,30 @@ impl Pipeline {
     ) -> Result<Vec<MultiVector>> {
         let (late, heads) = self.late("embed_multi")?;
         let side = Side::parse(prompt_name)?;
+        self.late_batched(late, side, texts, (max_batch_tokens, threads), &mut before_batch, |rows, hidden| {
+            self.token_vectors(heads, rows, hidden)
+        })
+    }
+
+    /// The inputs tokenized for `side` (`late_rows`) and run through the backbone in
+    /// length-grouped batches of at most `max_batch_tokens` on `threads` threads (as
+    /// `embed_batched`); `each` turns a batch's rows and hidden states into an output per
+    /// row. In input order.
+    fn late_batched<T: Send>(
+        &self,
+        late: &Late,
+        side: Side,
+        texts: &[&str],
+        (max_batch_tokens, threads): (usize, usize),
+        before_batch: &mut dyn FnMut() -> Result<()>,
+        each: impl Fn(&[&Row], &[Vec<f32>]) -> Vec<T> + Sync,
+    ) -> Result<Vec<T>> {
         let rows = self.late_rows(late, side, texts)?;
         let lengths: Vec<usize> = rows.iter().map(|r| r.encoded.ids.len()).collect();
-        in_batches(&lengths, max_batch_tokens, threads, &mut before_batch, |batch| {
+        in_batches(&lengths, max_batch_tokens, threads, before_batch, |batch| {
             let rows: Vec<&Row> = batch.iter().map(|&i| &rows[i]).collect();
             let hidden = self.late_forward(&rows)?;
-            Ok(self.token_vectors(heads, &rows, &hidden))
+            Ok(each(&rows, &hidden))
         })
     }
 
@@ -196,16 +297,11 @@ impl Pipeline {
         let (Late::M3 { unused, vocab, selection }, Some(sparse)) = (late, &heads.sparse) else {
             return Err(Error::WrongOutput { gives: self.gives(), call: "embed_sparse", instead: self.instead() });
         };
-        let rows = self.late_rows(late, Side::Document, texts)?;
-        let lengths: Vec<usize> = rows.iter().map(|r| r.encoded.ids.len()).collect();
-        in_batches(&lengths, max_batch_tokens, threads, &mut before_batch, |batch| {
-            let rows: Vec<&Row> = batch.iter().map(|&i| &rows[i]).collect();
-            let hidden = self.late_forward(&rows)?;
-            Ok(rows
-                .iter()
+        self.late_batched(late, Side::Document, texts, (max_batch_tokens, threads), &mut before_batch, |rows, hidden| {
+            rows.iter()
                 .zip(hidden)
-                .map(|(row, h)| lexical_weights(&row.encoded.ids, &sparse.forward(&h), unused, *vocab).select(selection))
-                .collect())
+                .map(|(row, h)| lexical_weights(&row.encoded.ids, &sparse.forward(h), unused, *vocab).select(selection))
+                .collect()
         })
     }
 
@@ -288,10 +384,7 @@ impl Pipeline {
             x = head.forward(&x);
         }
         let dim = heads.dim().unwrap_or(h).max(1);
-        for v in x.chunks_exact_mut(dim) {
-            let norm = v.iter().map(|a| a * a).sum::<f32>().sqrt().max(1e-12);
-            v.iter_mut().for_each(|a| *a /= norm);
-        }
+        crate::pooling::l2_normalize_rows(&mut x, dim);
         let mut at = 0;
         counts
             .into_iter()

@@ -67,10 +67,8 @@ impl Pipeline {
         mut before_batch: impl FnMut() -> Result<()>,
     ) -> Result<Vec<SparseVector>> {
         if self.is_m3() {
-            // bge-m3's lexical weights: one side for queries and documents.
-            if let Some(name) = prompt_name.filter(|n| !["", "query", "document"].contains(n)) {
-                return Err(Error::UnknownPrompt { name: name.into(), known: "query, document".into() });
-            }
+            // bge-m3's lexical weights: one side for queries and documents ('' too).
+            crate::late::Side::parse(prompt_name.filter(|n| !n.is_empty()))?;
             return self.m3_sparse(texts, max_batch_tokens, threads, before_batch);
         }
         let sparse = self.sparse("embed_sparse")?;
