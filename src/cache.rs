@@ -213,10 +213,12 @@ pub fn load(model: &str, source_name: &str, options: &Options, pin: Option<&Pin>
     if let Some(note) = pipeline.sharing().note.as_deref() {
         pgrx::warning!("pg_embed: model \"{model}\": {note}");
     }
+    let load_ms = started.elapsed().as_secs_f64() * 1e3;
+    crate::stats::count_load(model, source_name, load_ms, pipeline.sharing().shared_bytes);
     Ok(Fresh {
         pipeline,
         pin: r.pin,
-        load_ms: started.elapsed().as_secs_f64() * 1e3,
+        load_ms,
         bytes_resident: resident_bytes().saturating_sub(rss),
         bytes_private: anonymous_bytes().saturating_sub(anon),
     })

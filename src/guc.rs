@@ -20,6 +20,9 @@ static MAX_MODEL_SIZE: GucSetting<i32> = GucSetting::<i32>::new(16384);
 /// Pillow's `Image.MAX_IMAGE_PIXELS`.
 static MAX_IMAGE_PIXELS: GucSetting<i32> = GucSetting::<i32>::new(89_478_485);
 
+static TRACK_STATS: GucSetting<bool> = GucSetting::<bool>::new(true);
+static LOG_MIN_DURATION: GucSetting<i32> = GucSetting::<i32>::new(-1);
+
 /// Padded tokens per forward pass of the array and rerank forms: bounds activation memory
 /// (for a 12-layer, 384-wide model about 10 MB of activations per 1,000 tokens at short
 /// lengths; attention adds batch x heads x length^2 floats).
@@ -134,6 +137,35 @@ pub fn register() {
         GucContext::Suset,
         GucFlags::default(),
     );
+    GucRegistry::define_bool_guc(
+        c"pg_embed.track_stats",
+        c"Whether model calls are counted in embed.stat_models.",
+        c"On by default; off stops counting (the benchmark of what counting costs compares the two). Superuser only.",
+        &TRACK_STATS,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"pg_embed.log_min_duration",
+        c"Logs each model call that took at least this long (-1: none, 0: every call).",
+        c"As log_min_duration_statement, for the calls of embed, classify and the other model functions: the model, the function, the inputs, tokens, truncated and chunked inputs, the time and whether the call ended in an error or a cancel. Never the input. Superuser only.",
+        &LOG_MIN_DURATION,
+        -1,
+        i32::MAX,
+        GucContext::Suset,
+        GucFlags::UNIT_MS,
+    );
+}
+
+/// Whether model calls are counted (`pg_embed.track_stats`).
+pub fn track_stats() -> bool {
+    TRACK_STATS.get()
+}
+
+/// `pg_embed.log_min_duration` in ms; `None` when -1 (off).
+pub fn log_min_duration_ms() -> Option<f64> {
+    let ms = LOG_MIN_DURATION.get();
+    (ms >= 0).then_some(ms as f64)
 }
 
 /// `pg_embed.max_model_size` in MB; `None` when 0 (no limit).

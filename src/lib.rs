@@ -11,6 +11,7 @@
 pgrx::extension_sql_file!("../sql/catalog.sql", name = "catalog", bootstrap);
 pgrx::extension_sql_file!("../sql/vectorize.sql", name = "vectorize");
 pgrx::extension_sql_file!("../sql/cluster.sql", name = "cluster", requires = ["vectorize"]);
+pgrx::extension_sql_file!("../sql/stats.sql", name = "stats", requires = [stats::embed::stat_models, stats::embed::stat_reset]);
 pgrx::extension_sql_file!("../sql/workflow.sql", name = "workflow", finalize);
 
 mod cache;
@@ -19,16 +20,27 @@ mod guc;
 mod jsonb;
 mod late;
 mod sql;
+mod stats;
 mod worker;
 
 #[pgrx::pg_guard]
 pub extern "C-unwind" fn _PG_init() {
     guc::register();
+    stats::init();
     pg_embed_core::threads::set_interrupt_probe(interrupt_pending);
     // SAFETY: reads a postmaster global.
     if unsafe { pgrx::pg_sys::process_shared_preload_libraries_in_progress } {
         worker::register_launcher();
     }
+}
+
+/// `CHECK_FOR_INTERRUPTS`, noting first for the statistics whether it is about to raise a
+/// cancel (a model call it ends is counted as cancelled, not failed).
+pub(crate) fn check_interrupts() {
+    if interrupt_pending() {
+        stats::note_cancel();
+    }
+    pgrx::check_for_interrupts!();
 }
 
 /// Whether this backend has a cancel (a statement timeout included) or terminate pending

@@ -35,10 +35,11 @@ fn sqlerrcode(state: SqlState) -> PgSqlErrorCode {
 }
 
 /// Raises `err` as a Postgres ERROR with its SQLSTATE, message and hint.
-fn raise(err: Error) -> ! {
+pub(crate) fn raise(err: Error) -> ! {
     if matches!(err, Error::Cancelled) {
         // The compute threads stopped for a pending cancel, timeout or terminate: Postgres
         // raises it with its own message and code (57014, or FATAL for a terminate).
+        crate::stats::note_cancel();
         pgrx::check_for_interrupts!();
     }
     report(sqlerrcode(err.sqlstate()), err.to_string(), err.hint().as_deref())
@@ -65,6 +66,13 @@ impl<T> OrRaise<T> for Result<T> {
     }
 }
 
+/// A call of `function` on a registered model: its pipeline, counted in embed.stat_models
+/// when the call ends (see `stats::Call`).
+fn model_call(model: &str, function: &'static str) -> crate::stats::Call {
+    let (pipeline, row) = cache::get(model).or_raise();
+    crate::stats::Call::new(model, &row.source, function, pipeline)
+}
+
 fn required<'a>(value: Option<&'a str>, what: &'static str) -> Result<&'a str> {
     value.ok_or(Error::NullArgument { what })
 }
@@ -83,8 +91,8 @@ fn embed_with_prompt(model: &str, input: &str, prompt_name: &str) -> Vec<f32> {
 }
 
 fn embed_one(model: &str, input: &str, prompt_name: Option<&str>) -> Vec<f32> {
-    let (pipeline, _) = cache::get(model).or_raise();
-    pgrx::check_for_interrupts!();
+    let pipeline = model_call(model, "embed");
+    crate::check_interrupts();
     let pipeline: &Pipeline = &pipeline;
     // A static model costs about what its tokenizer costs: no compute threads.
     let mut vectors = if pipeline.is_static() {
@@ -113,8 +121,8 @@ fn embed_sparse_with_prompt(model: &str, input: &str, prompt_name: &str) -> Stri
 }
 
 fn sparse_one(model: &str, input: &str, prompt_name: Option<&str>) -> String {
-    let (pipeline, _) = cache::get(model).or_raise();
-    pgrx::check_for_interrupts!();
+    let pipeline = model_call(model, "embed_sparse");
+    crate::check_interrupts();
     let mut vectors = sparse_batched(&pipeline, &[input], prompt_name);
     let vector = vectors.pop().unwrap_or_else(|| raise(Error::Inference("no output for the input".into())));
     vector.to_sparsevec_text()
@@ -129,7 +137,7 @@ fn sparse_batched(
 ) -> Vec<pg_embed_core::sparse::SparseVector> {
     pipeline
         .embed_sparse(inputs, prompt_name, guc::max_batch_tokens(), guc::threads(), || {
-            pgrx::check_for_interrupts!();
+            crate::check_interrupts();
             Ok(())
         })
         .or_raise()
@@ -139,7 +147,7 @@ fn sparse_batched(
 /// gives a NULL row), batched as `embed(model, text[])`.
 #[pg_extern(immutable, strict, parallel_safe, name = "embed_sparse")]
 fn embed_sparse_array(model: &str, inputs: pgrx::Array<&str>) -> SetOfIterator<'static, Option<String>> {
-    let (pipeline, _) = cache::get(model).or_raise();
+    let pipeline = model_call(model, "embed_sparse");
     let all: Vec<Option<&str>> = inputs.iter().collect();
     let present: Vec<&str> = all.iter().flatten().copied().collect();
     let mut vectors = sparse_batched(&pipeline, &present, None).into_iter();
@@ -163,8 +171,8 @@ fn embed_multi_with_prompt(model: &str, input: &str, prompt_name: &str) -> crate
 }
 
 fn multi_one(model: &str, input: &str, prompt_name: Option<&str>) -> crate::late::Matrix {
-    let (pipeline, _) = cache::get(model).or_raise();
-    pgrx::check_for_interrupts!();
+    let pipeline = model_call(model, "embed_multi");
+    crate::check_interrupts();
     let mut out = multi_batched(&pipeline, &[input], prompt_name);
     let m = out.pop().unwrap_or_else(|| raise(Error::Inference("no output for the input".into())));
     m.into()
@@ -175,7 +183,7 @@ fn multi_one(model: &str, input: &str, prompt_name: Option<&str>) -> crate::late
 fn multi_batched(pipeline: &Pipeline, inputs: &[&str], prompt_name: Option<&str>) -> Vec<pg_embed_core::late::MultiVector> {
     pipeline
         .embed_multi(inputs, prompt_name, guc::max_batch_tokens(), guc::threads(), || {
-            pgrx::check_for_interrupts!();
+            crate::check_interrupts();
             Ok(())
         })
         .or_raise()
@@ -185,7 +193,7 @@ fn multi_batched(pipeline: &Pipeline, inputs: &[&str], prompt_name: Option<&str>
 /// order (a NULL element gives a NULL row), batched as `embed(model, text[])`.
 #[pg_extern(immutable, strict, parallel_safe, name = "embed_multi")]
 fn embed_multi_array(model: &str, inputs: pgrx::Array<&str>) -> SetOfIterator<'static, Option<crate::late::Matrix>> {
-    let (pipeline, _) = cache::get(model).or_raise();
+    let pipeline = model_call(model, "embed_multi");
     let all: Vec<Option<&str>> = inputs.iter().collect();
     let present: Vec<&str> = all.iter().flatten().copied().collect();
     let mut out = multi_batched(&pipeline, &present, None).into_iter();
@@ -201,12 +209,12 @@ fn embed_multi_array(model: &str, inputs: pgrx::Array<&str>) -> SetOfIterator<'s
 /// length; cancel and statement_timeout are checked between batches.
 #[pg_extern(immutable, strict, parallel_safe, name = "embed")]
 fn embed_array(model: &str, inputs: pgrx::Array<&str>) -> SetOfIterator<'static, Option<Vec<f32>>> {
-    let (pipeline, _) = cache::get(model).or_raise();
+    let pipeline = model_call(model, "embed");
     let all: Vec<Option<&str>> = inputs.iter().collect();
     let present: Vec<&str> = all.iter().flatten().copied().collect();
     let mut vectors = pipeline
         .embed_batched(&present, guc::max_batch_tokens(), guc::threads(), || {
-            pgrx::check_for_interrupts!();
+            crate::check_interrupts();
             Ok(())
         })
         .or_raise()
@@ -228,7 +236,7 @@ fn classify_pair(model: &str, input: &str, pair: &str) -> Vec<f32> {
 }
 
 fn logits(model: &str, input: &str, pair: Option<&str>) -> Vec<f32> {
-    let (pipeline, _) = cache::get(model).or_raise();
+    let pipeline = model_call(model, "classify");
     let mut out = classify_batched(&pipeline, &[(input, pair)]);
     out.pop().unwrap_or_else(|| raise(Error::Inference("no output for the input".into())))
 }
@@ -238,7 +246,7 @@ fn logits(model: &str, input: &str, pair: Option<&str>) -> Vec<f32> {
 fn classify_batched(pipeline: &Pipeline, inputs: &[(&str, Option<&str>)]) -> Vec<Vec<f32>> {
     pipeline
         .classify_batched(inputs, guc::max_batch_tokens(), guc::threads(), || {
-            pgrx::check_for_interrupts!();
+            crate::check_interrupts();
             Ok(())
         })
         .or_raise()
@@ -265,7 +273,7 @@ fn classify_labels_pair(
 }
 
 fn label_scores(model: &str, input: &str, pair: Option<&str>) -> TableIterator<'static, (String, f32)> {
-    let (pipeline, _) = cache::get(model).or_raise();
+    let pipeline = model_call(model, "classify_labels");
     let classifier = pipeline.classifier().or_raise();
     let logits = classify_batched(&pipeline, &[(input, pair)]);
     TableIterator::new(logits.first().map(|l| classifier.scores(l)).unwrap_or_default())
@@ -280,7 +288,7 @@ fn rerank(
     query: &str,
     documents: pgrx::Array<&str>,
 ) -> TableIterator<'static, (name!(idx, i32), name!(score, f32))> {
-    let (pipeline, _) = cache::get(model).or_raise();
+    let pipeline = model_call(model, "rerank");
     let classifier = pipeline.classifier().or_raise();
     if classifier.labels.len() != 1 {
         raise(Error::NotACrossEncoder { labels: classifier.labels.len() });
@@ -307,7 +315,7 @@ fn rerank(
 
 /// Checks for cancel and statement_timeout, between batches.
 fn interrupts() -> Result<()> {
-    pgrx::check_for_interrupts!();
+    crate::check_interrupts();
     Ok(())
 }
 
@@ -328,7 +336,7 @@ fn run_images(pipeline: &Pipeline, images: &[&[u8]], classify: bool) -> Vec<Vec<
 /// same space as `embed(model, text)`.
 #[pg_extern(immutable, strict, parallel_safe)]
 fn embed_image(model: &str, image: &[u8]) -> Vec<f32> {
-    let (pipeline, _) = cache::get(model).or_raise();
+    let pipeline = model_call(model, "embed_image");
     let mut out = run_images(&pipeline, &[image], false);
     out.pop().unwrap_or_else(|| raise(Error::Inference("no output for the image".into())))
 }
@@ -337,7 +345,7 @@ fn embed_image(model: &str, image: &[u8]) -> Vec<f32> {
 /// gives a NULL row), in batches with cancel checked between them.
 #[pg_extern(immutable, strict, parallel_safe, name = "embed_image")]
 fn embed_image_array(model: &str, images: pgrx::Array<&[u8]>) -> SetOfIterator<'static, Option<Vec<f32>>> {
-    let (pipeline, _) = cache::get(model).or_raise();
+    let pipeline = model_call(model, "embed_image");
     let all: Vec<Option<&[u8]>> = images.iter().collect();
     let present: Vec<&[u8]> = all.iter().flatten().copied().collect();
     let mut vectors = run_images(&pipeline, &present, false).into_iter();
@@ -348,7 +356,7 @@ fn embed_image_array(model: &str, images: pgrx::Array<&[u8]>) -> SetOfIterator<'
 /// `classify_image(model, image)`: the raw logits of an image-classification model.
 #[pg_extern(immutable, strict, parallel_safe)]
 fn classify_image(model: &str, image: &[u8]) -> Vec<f32> {
-    let (pipeline, _) = cache::get(model).or_raise();
+    let pipeline = model_call(model, "classify_image");
     let mut out = run_images(&pipeline, &[image], true);
     out.pop().unwrap_or_else(|| raise(Error::Inference("no output for the image".into())))
 }
@@ -360,7 +368,7 @@ fn classify_image_labels(
     model: &str,
     image: &[u8],
 ) -> TableIterator<'static, (name!(label, String), name!(score, f32))> {
-    let (pipeline, _) = cache::get(model).or_raise();
+    let pipeline = model_call(model, "classify_image_labels");
     let classifier = pipeline.classifier().or_raise();
     let logits = run_images(&pipeline, &[image], true);
     TableIterator::new(logits.first().map(|l| classifier.scores(l)).unwrap_or_default())
@@ -437,8 +445,8 @@ mod embed {
         model: &str,
         input: &str,
     ) -> TableIterator<'static, (name!(dense, Vec<f32>), name!(sparse, String), name!(multi, crate::late::Matrix))> {
-        let (pipeline, _) = cache::get(model).or_raise();
-        pgrx::check_for_interrupts!();
+        let pipeline = model_call(model, "encode_all");
+        crate::check_interrupts();
         let pipeline: &Pipeline = &pipeline;
         let all = threads::run(guc::threads(), || pipeline.encode_outputs(input)).and_then(|r| r).or_raise();
         TableIterator::once((all.dense, all.sparse.to_sparsevec_text(), all.multi.into()))
@@ -519,8 +527,8 @@ mod embed {
         model: &str,
         input: &str,
     ) -> TableIterator<'static, (name!(token, String), name!(weight, f32))> {
-        let (pipeline, _) = cache::get(model).or_raise();
-        pgrx::check_for_interrupts!();
+        let pipeline = model_call(model, "sparse_terms");
+        crate::check_interrupts();
         TableIterator::new(pipeline.sparse_terms(input, guc::threads()).or_raise())
     }
 

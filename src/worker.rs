@@ -127,6 +127,7 @@ pub extern "C-unwind" fn pg_embed_vectorize_main(arg: pg_sys::Datum) {
         return;
     };
     log!("pg_embed vectorize worker {slot} of database {} started", db.to_u32());
+    crate::stats::set_worker();
     loop {
         if BackgroundWorker::sigterm_received() {
             terminate(db);
@@ -136,7 +137,9 @@ pub extern "C-unwind" fn pg_embed_vectorize_main(arg: pg_sys::Datum) {
             unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
         }
         // Read each time: a reload (SIGHUP, above) may have changed it.
-        match step(guc::worker_threads()) {
+        let done = step(guc::worker_threads());
+        crate::stats::flush_worker();
+        match done {
             Ok(n) if n > 0 => continue,
             Ok(_) => {}
             Err(message) => {
