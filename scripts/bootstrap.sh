@@ -88,6 +88,29 @@ else
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "psycopg[binary]==$PSYCOPG_VERSION"
 fi
 
+# Prometheus's postgres_exporter (Debian's apt), for the test of the custom-queries file
+# docker/postgres_exporter/pg_embed.yaml in tests/ops/stats.sh; without it (not root, no
+# apt) that test checks the query file alone.
+if [ "$PG_MAJOR" = 18 ]; then
+    if command -v prometheus-postgres-exporter >/dev/null; then
+        info "postgres_exporter: ok"
+    elif is_root && command -v apt-get >/dev/null; then
+        info "postgres_exporter: installing prometheus-postgres-exporter (apt)"
+        { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+            prometheus-postgres-exporter >/dev/null; } || info "postgres_exporter: apt failed; tests/ops/stats.sh checks the query file alone"
+    else
+        info "postgres_exporter: missing (not root); tests/ops/stats.sh checks the query file alone"
+    fi
+fi
+
+# PyYAML reads docker/postgres_exporter/pg_embed.yaml in tests/ops/stats.sh.
+if "$VENV/bin/python" -c 'import yaml' 2>/dev/null; then
+    info "PyYAML: ok"
+else
+    info "PyYAML: pip install pyyaml==$PYYAML_VERSION"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "pyyaml==$PYYAML_VERSION"
+fi
+
 # PostgreSQL 15 (PG_EMBED_PG=15, make test-pg15) from Debian's apt, with its server headers.
 if [ "$PG_MAJOR" = 15 ]; then
     if [ -x "$PG15_CONFIG" ] && [ -f "$("$PG15_CONFIG" --includedir-server)/postgres.h" ] && [ -x "$PG_REGRESS" ]; then

