@@ -30,15 +30,15 @@ result="$REPO/bench/results/stats-$(git -C "$REPO" rev-parse --short HEAD)-$(dat
 bench_header "pg_embed.threads = $(nproc), $ROUNDS rounds x ($CALLS single calls + 1 batch of $BATCH) per setting"
 "$PGBIN/psql" -X -q -h 127.0.0.1 -p "$PG_EMBED_PORT" -U "$PG_SUPERUSER" -d "$PG_EMBED_DB" \
     -v ON_ERROR_STOP=1 -v model="$MODEL" -v rounds="$ROUNDS" -v calls="$CALLS" -v batch="$BATCH" \
-    -v sentence="$SENTENCE" -v corpus="$REPO/bench/corpus.txt" <<'SQL'
+    -v sentence="$SENTENCE" <<SQL
 \pset footer off
 SELECT current_setting('server_version') AS server, current_setting('shared_preload_libraries') AS preloaded;
 CREATE TEMP TABLE corpus (n int GENERATED ALWAYS AS IDENTITY, body text);
-\copy corpus (body) FROM :'corpus'
+\copy corpus (body) FROM '$REPO/bench/corpus.txt'
 CREATE TEMP TABLE single (setting text, ms float8);
 CREATE TEMP TABLE batch (setting text, per_s float8);
 CREATE FUNCTION pg_temp.run(model text, sentence text, rounds int, calls int, batch int) RETURNS void
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql AS \$\$
 DECLARE
     t0 timestamptz;
     v real[];
@@ -62,7 +62,7 @@ BEGIN
         END LOOP;
     END LOOP;
     PERFORM set_config('pg_embed.track_stats', 'on', false);
-END $$;
+END \$\$;
 SELECT pg_temp.run(:'model', :'sentence', :rounds, :calls, :batch);
 SELECT DISTINCT scope FROM embed.stat_models WHERE model = :'model';
 WITH s AS (

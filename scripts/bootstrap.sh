@@ -91,16 +91,14 @@ fi
 # Prometheus's postgres_exporter (Debian's apt), for the test of the custom-queries file
 # docker/postgres_exporter/pg_embed.yaml in tests/ops/stats.sh; without it (not root, no
 # apt) that test checks the query file alone.
-if [ "$PG_MAJOR" = 18 ]; then
-    if command -v prometheus-postgres-exporter >/dev/null; then
-        info "postgres_exporter: ok"
-    elif is_root && command -v apt-get >/dev/null; then
-        info "postgres_exporter: installing prometheus-postgres-exporter (apt)"
-        { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-            prometheus-postgres-exporter >/dev/null; } || info "postgres_exporter: apt failed; tests/ops/stats.sh checks the query file alone"
-    else
-        info "postgres_exporter: missing (not root); tests/ops/stats.sh checks the query file alone"
-    fi
+if command -v prometheus-postgres-exporter >/dev/null; then
+    info "postgres_exporter: ok"
+elif is_root && command -v apt-get >/dev/null; then
+    info "postgres_exporter: installing prometheus-postgres-exporter (apt)"
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        prometheus-postgres-exporter >/dev/null; } || info "postgres_exporter: apt failed; tests/ops/stats.sh checks the query file alone"
+else
+    info "postgres_exporter: missing (not root); tests/ops/stats.sh checks the query file alone"
 fi
 
 # PyYAML reads docker/postgres_exporter/pg_embed.yaml in tests/ops/stats.sh.

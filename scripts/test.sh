@@ -209,6 +209,13 @@ if want server; then
         fi
         info "no server process terminated by a signal ($PG_LOG)"
         section_done
+
+        # PostgreSQL 18 runs it last among the operational tests; 15 runs no other.
+        if [ "$PG_MAJOR" != 18 ]; then
+            section "server-wide statistics tests/ops/stats.sh (PostgreSQL $PG_MAJOR)"
+            PG_EMBED_DB=postgres "$REPO/tests/ops/stats.sh"
+            section_done
+        fi
     fi
 
     # Last: its crash test kills backends (and checks the log for exactly those itself).

@@ -112,14 +112,6 @@ entry_name(PgEmbedEntry *e, const char *name, const char *source)
 	strlcpy(e->source, source, sizeof(e->source));
 }
 
-static uint64
-entry_key(const char *name, const char *source)
-{
-	uint64		h = hash_bytes_extended((const unsigned char *) name, strlen(name), 0);
-
-	return hash_bytes_extended((const unsigned char *) source, strlen(source), h);
-}
-
 /* ---- this backend's own counts (not preloaded) ---------------------------------------- */
 
 static PgEmbedRow *local_rows = NULL;
@@ -292,6 +284,14 @@ shmem_add(Oid dboid, const char *name, const char *source, const PgEmbedCounters
 
 /* pg_embed's statistics kind: one of the IDs PostgreSQL leaves to extensions (24-32). */
 #define PGEMBED_PGSTAT_KIND 27
+
+static uint64
+entry_key(const char *name, const char *source)
+{
+	uint64		h = hash_bytes_extended((const unsigned char *) name, strlen(name), 0);
+
+	return hash_bytes_extended((const unsigned char *) source, strlen(source), h);
+}
 
 typedef struct PgEmbedSharedEntry
 {
