@@ -79,6 +79,11 @@ typedef struct PgEmbedRow
 	PgEmbedEntry e;
 } PgEmbedRow;
 
+/* The Rust mirrors assert the same sizes. */
+StaticAssertDecl(sizeof(PgEmbedCounters) == 18 * 8, "PgEmbedCounters: 18 fields of 8 bytes");
+StaticAssertDecl(sizeof(PgEmbedEntry) == PGEMBED_NAME_LEN + PGEMBED_SOURCE_LEN + 19 * 8, "PgEmbedEntry layout");
+StaticAssertDecl(sizeof(PgEmbedRow) == 8 + sizeof(PgEmbedEntry), "PgEmbedRow layout");
+
 static int	scope = PGEMBED_SCOPE_BACKEND;
 
 static void

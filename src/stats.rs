@@ -64,6 +64,11 @@ struct Row {
     e: Entry,
 }
 
+// src/stats.c asserts the same sizes.
+const _: () = assert!(std::mem::size_of::<Counters>() == 18 * 8);
+const _: () = assert!(std::mem::size_of::<Entry>() == 64 + 256 + 19 * 8);
+const _: () = assert!(std::mem::size_of::<Row>() == 8 + std::mem::size_of::<Entry>());
+
 // Called through `guarded`: an ERROR raised in them becomes pgrx's panic, as for pg_sys calls.
 unsafe extern "C-unwind" {
     fn pg_embed_stat_init();

@@ -10,6 +10,9 @@
 #   5. embed.stat_reset (refused to a plain role) and stats_reset;
 #   6. the postgres_exporter queries file, run against the server (and a real
 #      postgres_exporter scraped when Debian's is installed);
+#   then tests/ops/stats_random.py (STATS_SEEDS seeds from STATS_FIRST_SEED, STATS_STEPS
+#   steps): random calls, faults, DDL, worker rows and resets from several sessions, checked
+#   against an oracle;
 #   7. a clean restart keeps the counts; a crash (kill -9 of a backend) resets them.
 # Token counts are known without pg_embed: "hello world" is [CLS] hello world [SEP] (4),
 # "the cat sat" 5, "a" 3 in BERT's uncased WordPiece vocabulary, which MiniLM uses.
@@ -142,6 +145,13 @@ expect_eq "3 calls since the reset" "3|12" "$(stat "calls, tokens")"
 "$VENV/bin/python" "$REPO/tests/ops/stats_exporter.py" --yaml "$REPO/docker/postgres_exporter/pg_embed.yaml" \
     --port "$PG_EMBED_PORT" --user "$PG_SUPERUSER" --dbname postgres --datname "$DB" --model sm \
     --expect calls_total=3 inputs_total=3 tokens_total=12 errors_total=0 cancels_total=0 worker_calls_total=0
+
+# ---- randomized: operation sequences from several sessions against an oracle ------------------
+qs -c "SET client_min_messages = warning" -c "SELECT embed.register_model('sm_rand', 'all-MiniLM-L6-v2')" >/dev/null
+"$VENV/bin/python" "$REPO/tests/ops/stats_random.py" \
+    --dsn "host=127.0.0.1 port=$PG_EMBED_PORT user=$PG_SUPERUSER dbname=$DB" --model sm_rand \
+    --source all-MiniLM-L6-v2 --first "${STATS_FIRST_SEED:-1}" --seeds "${STATS_SEEDS:-4}" --steps "${STATS_STEPS:-60}" \
+    || fail "stats_random: a seed failed (its replay command is above)"
 
 # ---- 7. restarts -----------------------------------------------------------------------------
 restart
