@@ -123,20 +123,34 @@ static PgEmbedRow *local_rows = NULL;
 static int	local_count = 0;
 static int	local_capacity = 0;
 
+/*
+ * The row of (dboid, name, source) among rows[0..*count), or a new one at rows[*count] when
+ * there is room (count < capacity); NULL when there is none.
+ */
+static PgEmbedRow *
+row_of(PgEmbedRow *rows, int *count, int capacity, Oid dboid, const char *name, const char *source)
+{
+	PgEmbedRow *r;
+
+	for (int i = 0; i < *count; i++)
+	{
+		r = &rows[i];
+		if (r->dboid == dboid && strncmp(r->e.name, name, PGEMBED_NAME_LEN - 1) == 0
+			&& strncmp(r->e.source, source, PGEMBED_SOURCE_LEN - 1) == 0)
+			return r;
+	}
+	if (*count >= capacity)
+		return NULL;
+	r = &rows[(*count)++];
+	memset(r, 0, sizeof(PgEmbedRow));
+	r->dboid = dboid;
+	entry_name(&r->e, name, source);
+	return r;
+}
+
 static void
 local_add(Oid dboid, const char *name, const char *source, const PgEmbedCounters *d)
 {
-	for (int i = 0; i < local_count; i++)
-	{
-		PgEmbedRow *r = &local_rows[i];
-
-		if (r->dboid == dboid && strncmp(r->e.name, name, PGEMBED_NAME_LEN - 1) == 0
-			&& strncmp(r->e.source, source, PGEMBED_SOURCE_LEN - 1) == 0)
-		{
-			counters_add(&r->e.c, d);
-			return;
-		}
-	}
 	if (local_count == local_capacity)
 	{
 		int			grown = Max(8, local_capacity * 2);
@@ -146,11 +160,7 @@ local_add(Oid dboid, const char *name, const char *source, const PgEmbedCounters
 			: MemoryContextAlloc(TopMemoryContext, sizeof(PgEmbedRow) * grown);
 		local_capacity = grown;
 	}
-	memset(&local_rows[local_count], 0, sizeof(PgEmbedRow));
-	local_rows[local_count].dboid = dboid;
-	entry_name(&local_rows[local_count].e, name, source);
-	counters_add(&local_rows[local_count].e.c, d);
-	local_count++;
+	counters_add(&row_of(local_rows, &local_count, local_capacity, dboid, name, source)->e.c, d);
 }
 
 /* ---- PostgreSQL 15-17: a shared-memory table --------------------------------------------- */
@@ -255,27 +265,10 @@ shmem_startup(void)
 static void
 shmem_add(Oid dboid, const char *name, const char *source, const PgEmbedCounters *d)
 {
-	PgEmbedRow *row = NULL;
+	PgEmbedRow *row;
 
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-	for (int i = 0; i < shared->count; i++)
-	{
-		PgEmbedRow *r = &shared->rows[i];
-
-		if (r->dboid == dboid && strncmp(r->e.name, name, PGEMBED_NAME_LEN - 1) == 0
-			&& strncmp(r->e.source, source, PGEMBED_SOURCE_LEN - 1) == 0)
-		{
-			row = r;
-			break;
-		}
-	}
-	if (row == NULL && shared->count < PGEMBED_SHMEM_ROWS)
-	{
-		row = &shared->rows[shared->count++];
-		memset(row, 0, sizeof(PgEmbedRow));
-		row->dboid = dboid;
-		entry_name(&row->e, name, source);
-	}
+	row = row_of(shared->rows, &shared->count, PGEMBED_SHMEM_ROWS, dboid, name, source);
 	if (row != NULL)
 		counters_add(&row->e.c, d);
 	else
@@ -476,6 +469,20 @@ pg_embed_stat_collect(PgEmbedRow **rows)
 	return 0;
 }
 
+/* Whether the row of database `db` with entry `e` is one that a reset of (dboid, name) clears. */
+static bool
+reset_matches(Oid db, const PgEmbedEntry *e, Oid dboid, const char *name)
+{
+	return db == dboid && (name == NULL || strncmp(e->name, name, PGEMBED_NAME_LEN - 1) == 0);
+}
+
+static void
+reset_entry(PgEmbedEntry *e, TimestampTz now)
+{
+	memset(&e->c, 0, sizeof(PgEmbedCounters));
+	e->stats_reset = now;
+}
+
 /*
  * Zeroes the counts of database dboid's rows of model `name` (every model when NULL),
  * keeping the rows and stamping stats_reset; returns how many rows it reset.
@@ -485,15 +492,6 @@ pg_embed_stat_reset(Oid dboid, const char *name)
 {
 	TimestampTz now = GetCurrentTimestamp();
 	int			n = 0;
-
-#define RESET_ROW(row) \
-	do { \
-		memset(&(row)->c, 0, sizeof(PgEmbedCounters)); \
-		(row)->stats_reset = now; \
-		n++; \
-	} while (0)
-#define ROW_MATCHES(db, row) \
-	((db) == dboid && (name == NULL || strncmp((row)->name, name, PGEMBED_NAME_LEN - 1) == 0))
 
 	switch (scope)
 	{
@@ -514,8 +512,11 @@ pg_embed_stat_reset(Oid dboid, const char *name)
 					if (ref == NULL)
 						continue;
 					e = &((PgEmbedSharedEntry *) ref->shared_stats)->e;
-					if (ROW_MATCHES(keys[i].dboid, e))
-						RESET_ROW(e);
+					if (reset_matches(keys[i].dboid, e, dboid, name))
+					{
+						reset_entry(e, now);
+						n++;
+					}
 					pgstat_unlock_entry(ref);
 				}
 				break;
@@ -526,14 +527,20 @@ pg_embed_stat_reset(Oid dboid, const char *name)
 				break;
 			LWLockAcquire(shared->lock, LW_EXCLUSIVE);
 			for (int i = 0; i < shared->count; i++)
-				if (ROW_MATCHES(shared->rows[i].dboid, &shared->rows[i].e))
-					RESET_ROW(&shared->rows[i].e);
+				if (reset_matches(shared->rows[i].dboid, &shared->rows[i].e, dboid, name))
+				{
+					reset_entry(&shared->rows[i].e, now);
+					n++;
+				}
 			LWLockRelease(shared->lock);
 			break;
 		default:
 			for (int i = 0; i < local_count; i++)
-				if (ROW_MATCHES(local_rows[i].dboid, &local_rows[i].e))
-					RESET_ROW(&local_rows[i].e);
+				if (reset_matches(local_rows[i].dboid, &local_rows[i].e, dboid, name))
+				{
+					reset_entry(&local_rows[i].e, now);
+					n++;
+				}
 	}
 	return n;
 }
