@@ -136,10 +136,7 @@ fn sparse_batched(
     prompt_name: Option<&str>,
 ) -> Vec<pg_embed_core::sparse::SparseVector> {
     pipeline
-        .embed_sparse(inputs, prompt_name, guc::max_batch_tokens(), guc::threads(), || {
-            crate::check_interrupts();
-            Ok(())
-        })
+        .embed_sparse(inputs, prompt_name, guc::max_batch_tokens(), guc::threads(), interrupts)
         .or_raise()
 }
 
@@ -182,10 +179,7 @@ fn multi_one(model: &str, input: &str, prompt_name: Option<&str>) -> crate::late
 /// `pg_embed.threads` threads, checking for cancel before each batch.
 fn multi_batched(pipeline: &Pipeline, inputs: &[&str], prompt_name: Option<&str>) -> Vec<pg_embed_core::late::MultiVector> {
     pipeline
-        .embed_multi(inputs, prompt_name, guc::max_batch_tokens(), guc::threads(), || {
-            crate::check_interrupts();
-            Ok(())
-        })
+        .embed_multi(inputs, prompt_name, guc::max_batch_tokens(), guc::threads(), interrupts)
         .or_raise()
 }
 
@@ -213,10 +207,7 @@ fn embed_array(model: &str, inputs: pgrx::Array<&str>) -> SetOfIterator<'static,
     let all: Vec<Option<&str>> = inputs.iter().collect();
     let present: Vec<&str> = all.iter().flatten().copied().collect();
     let mut vectors = pipeline
-        .embed_batched(&present, guc::max_batch_tokens(), guc::threads(), || {
-            crate::check_interrupts();
-            Ok(())
-        })
+        .embed_batched(&present, guc::max_batch_tokens(), guc::threads(), interrupts)
         .or_raise()
         .into_iter();
     let rows: Vec<Option<Vec<f32>>> = all.iter().map(|input| input.and_then(|_| vectors.next())).collect();
@@ -245,10 +236,7 @@ fn logits(model: &str, input: &str, pair: Option<&str>) -> Vec<f32> {
 /// `pg_embed.threads` threads, checking for cancel before each batch.
 fn classify_batched(pipeline: &Pipeline, inputs: &[(&str, Option<&str>)]) -> Vec<Vec<f32>> {
     pipeline
-        .classify_batched(inputs, guc::max_batch_tokens(), guc::threads(), || {
-            crate::check_interrupts();
-            Ok(())
-        })
+        .classify_batched(inputs, guc::max_batch_tokens(), guc::threads(), interrupts)
         .or_raise()
 }
 
@@ -313,7 +301,8 @@ fn rerank(
     TableIterator::new(scored)
 }
 
-/// Checks for cancel and statement_timeout, between batches.
+/// Checks for cancel and statement_timeout, between batches (the `before_batch` of the
+/// batched pipeline calls).
 fn interrupts() -> Result<()> {
     crate::check_interrupts();
     Ok(())

@@ -151,16 +151,20 @@ row_of(PgEmbedRow *rows, int *count, int capacity, Oid dboid, const char *name, 
 static void
 local_add(Oid dboid, const char *name, const char *source, const PgEmbedCounters *d)
 {
-	if (local_count == local_capacity)
+	PgEmbedRow *row = row_of(local_rows, &local_count, local_capacity, dboid, name, source);
+
+	if (row == NULL)
 	{
+		/* A new row and no room: the array grows. */
 		int			grown = Max(8, local_capacity * 2);
 
 		local_rows = local_rows
 			? repalloc(local_rows, sizeof(PgEmbedRow) * grown)
 			: MemoryContextAlloc(TopMemoryContext, sizeof(PgEmbedRow) * grown);
 		local_capacity = grown;
+		row = row_of(local_rows, &local_count, local_capacity, dboid, name, source);
 	}
-	counters_add(&row_of(local_rows, &local_count, local_capacity, dboid, name, source)->e.c, d);
+	counters_add(&row->e.c, d);
 }
 
 /* ---- PostgreSQL 15-17: a shared-memory table --------------------------------------------- */

@@ -89,8 +89,7 @@ fn guarded<T>(f: impl FnOnce() -> T) -> T {
 fn scope() -> &'static str {
     // SAFETY: reads a value set once in _PG_init.
     match guarded(|| unsafe { pg_embed_stat_scope() }) {
-        1 => "server",
-        2 => "server",
+        1 | 2 => "server",
         _ => "backend",
     }
 }
