@@ -17,27 +17,18 @@ deterministic.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import shutil
 import sys
 
-os.environ["HF_HUB_OFFLINE"] = "1"
-os.environ["TRANSFORMERS_OFFLINE"] = "1"
-os.environ["TOKENIZERS_PARALLELISM"] = "false"
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fixturelib.common import load, offline, write_golden  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def _load(name):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(HERE, f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+offline()
 
 
-gf = _load("gen_fixtures")
+gf = load("gen_fixtures")
 
 MAX_LENGTH = 32
 HIDDEN = gf.HIDDEN
@@ -429,9 +420,7 @@ def main() -> int:
                             "pooled": "SentenceTransformer([Transformer, Pooling(mean)]).encode, or CLIP text_embeds"},
               "max_length": MAX_LENGTH}
     text = json.dumps({**header, "fixtures": results}, ensure_ascii=False, indent=1) + "\n"
-    with open(os.path.join(out, "golden.json"), "w", encoding="utf-8", newline="\n") as fh:
-        fh.write(text)
-    os.chmod(os.path.join(out, "golden.json"), 0o644)
+    write_golden(os.path.join(out, "golden.json"), text)
     print(f"wrote {out}/golden.json ({len(text)} bytes)", file=sys.stderr)
     return 0
 

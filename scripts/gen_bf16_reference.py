@@ -53,12 +53,13 @@ import re
 import subprocess
 import sys
 
-os.environ["HF_HUB_OFFLINE"] = "1"
-os.environ["TRANSFORMERS_OFFLINE"] = "1"
-os.environ["TOKENIZERS_PARALLELISM"] = "false"
+sys.dont_write_bytecode = True  # the generators are imported from scripts/: no __pycache__ there
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fixturelib.common import load, offline, read_json, write_golden  # noqa: E402
+
+offline()
 os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-sys.dont_write_bytecode = True  # the generators are imported from scripts/: no __pycache__ there
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -76,29 +77,18 @@ GOLDEN_TOLERANCE = 1e-4
 AUTOCAST = 'torch.autocast("cpu", dtype=torch.bfloat16)'
 
 
-def _load(name):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(HERE, f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-gd = _load("gen_decoder_fixtures")   # loads gen_backbone_fixtures, which loads gen_fixtures
+gd = load("gen_decoder_fixtures")   # loads gen_backbone_fixtures, which loads gen_fixtures
 gb = gd.gb
 gf = gb.gf
-gc = _load("gen_classify_fixtures")
-gi = _load("gen_image_fixtures")
-gfam = _load("gen_family_fixtures")
-gsl = _load("gen_siglip_fixtures")
+gc = load("gen_classify_fixtures")
+gi = load("gen_image_fixtures")
+gfam = load("gen_family_fixtures")
+gsl = load("gen_siglip_fixtures")
 
 
 # --------------------------------------------------------------------------
 # Helpers
 # --------------------------------------------------------------------------
-
-def read_json(path):
-    with open(path, encoding="utf-8") as fh:
-        return json.load(fh)
 
 
 def vec(t):
@@ -683,9 +673,7 @@ def main() -> int:
     }
     text = json.dumps(doc, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w", encoding="utf-8", newline="\n") as fh:
-        fh.write(text)
-    os.chmod(args.out, 0o644)
+    write_golden(args.out, text)
     skipped = [k for k, v in models.items() if "skipped" in v]
     print(f"wrote {args.out}: {len(models)} models, {len(skipped)} skipped {skipped}", file=sys.stderr)
     return 0

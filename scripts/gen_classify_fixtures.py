@@ -17,21 +17,18 @@ is downloaded; the output is deterministic.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import inspect
 import json
 import os
 import shutil
 import sys
 
-os.environ["HF_HUB_OFFLINE"] = "1"
-os.environ["TRANSFORMERS_OFFLINE"] = "1"
-os.environ["TOKENIZERS_PARALLELISM"] = "false"
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fixturelib.common import load, offline, write_golden  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-_spec = importlib.util.spec_from_file_location("gen_fixtures", os.path.join(HERE, "gen_fixtures.py"))
-gf = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(gf)
+offline()
+
+gf = load("gen_fixtures")
 
 # name -> (architecture, num_labels, problem_type, id2label or None, seed, extra config)
 FIXTURES = [
@@ -268,9 +265,7 @@ def main() -> int:
                             "call": "AutoModelForSequenceClassification(**tokenizer(text, pair, truncation=True)).logits[0]"},
               "max_length": MAX_LENGTH}
     text = json.dumps({**header, "fixtures": results}, ensure_ascii=False, indent=1) + "\n"
-    with open(os.path.join(out, "golden.json"), "w", encoding="utf-8", newline="\n") as fh:
-        fh.write(text)
-    os.chmod(os.path.join(out, "golden.json"), 0o644)
+    write_golden(os.path.join(out, "golden.json"), text)
     print(f"wrote {out}/golden.json ({len(text)} bytes)", file=sys.stderr)
     return 0
 

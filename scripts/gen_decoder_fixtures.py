@@ -21,29 +21,20 @@ output is deterministic.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import shutil
 import sys
 import tempfile
 
-os.environ["HF_HUB_OFFLINE"] = "1"
-os.environ["TRANSFORMERS_OFFLINE"] = "1"
-os.environ["TOKENIZERS_PARALLELISM"] = "false"
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fixturelib.common import load, offline, read_json, write_golden, write_json  # noqa: E402
+
+offline()
 os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 
-
-def _load(name):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(HERE, f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-gb = _load("gen_backbone_fixtures")
+gb = load("gen_backbone_fixtures")
 gf = gb.gf
 
 INIT_STD = gf.INIT_STD            # Linear / Conv1D / Embedding / raw attention parameters ~ N(0, 0.5)
@@ -158,15 +149,6 @@ NOTES = {
 # --------------------------------------------------------------------------
 # Files
 # --------------------------------------------------------------------------
-
-def read_json(path):
-    with open(path, encoding="utf-8") as fh:
-        return json.load(fh)
-
-
-def write_json(path, obj):
-    with open(path, "w", encoding="utf-8", newline="\n") as fh:
-        fh.write(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
 
 
 def edit_tokenizer_config(d, **changes):
@@ -725,9 +707,7 @@ def main() -> int:
     text = render({**header, "fixtures": results}) + "\n"
     if json.loads(text) != json.loads(json.dumps({**header, "fixtures": results})):
         raise SystemExit("render() changed the data")
-    with open(os.path.join(out, "golden.json"), "w", encoding="utf-8", newline="\n") as fh:
-        fh.write(text)
-    os.chmod(os.path.join(out, "golden.json"), 0o644)
+    write_golden(os.path.join(out, "golden.json"), text)
     print(f"wrote {out}/golden.json ({len(text)} bytes)", file=sys.stderr)
     return 0
 

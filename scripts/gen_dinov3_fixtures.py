@@ -28,27 +28,21 @@ Nothing is downloaded; the output is deterministic (run it twice and compare sha
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import shutil
 import sys
 
-os.environ["HF_HUB_OFFLINE"] = "1"
-os.environ["TRANSFORMERS_OFFLINE"] = "1"
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fixturelib.common import load, offline, write_golden  # noqa: E402
+
+offline()
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def _load(name):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(HERE, f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-gif = _load("gen_image_fixtures")
+gif = load("gen_image_fixtures")
 
 INPUTS = os.path.join(HERE, "..", "tests", "fixtures", "images", "inputs")
 FULL_HIDDEN_IMAGE = gif.FULL_HIDDEN_IMAGE
@@ -191,9 +185,7 @@ def main() -> int:
     text = gif.render(doc) + "\n"
     if json.loads(text) != json.loads(json.dumps(doc)):
         raise SystemExit("JSON round-trip mismatch")
-    with open(os.path.join(out, "golden.json"), "w", encoding="utf-8", newline="\n") as fh:
-        fh.write(text)
-    os.chmod(os.path.join(out, "golden.json"), 0o644)
+    write_golden(os.path.join(out, "golden.json"), text)
     print(f"total {gif.dir_size(out)} bytes", file=sys.stderr)
     return 0
 

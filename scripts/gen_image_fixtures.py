@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib.util
 import io
 import json
 import os
@@ -39,23 +38,15 @@ import struct
 import sys
 import zlib
 
-os.environ["HF_HUB_OFFLINE"] = "1"
-os.environ["TRANSFORMERS_OFFLINE"] = "1"
-os.environ["TOKENIZERS_PARALLELISM"] = "false"
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fixturelib.common import chmod_tree, dir_size, load, offline, write_golden  # noqa: E402
+
+offline()
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 
-
-def _load(name):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(HERE, f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-gbf = _load("gen_backbone_fixtures")
+gbf = load("gen_backbone_fixtures")
 gf = gbf.gf
 
 IMAGE_SEED = 7
@@ -316,15 +307,6 @@ def randomize(model, seed):
                 p.copy_(torch.randn(p.shape, generator=g) * INIT_STD)
 
 
-def chmod_tree(d):
-    for root, dirs, files in os.walk(d):
-        for x in dirs:
-            os.chmod(os.path.join(root, x), 0o755)
-        for f in files:
-            os.chmod(os.path.join(root, f), 0o644)
-    os.chmod(d, 0o755)
-
-
 def image_processor(cls_name, kwargs):
     import transformers
 
@@ -548,15 +530,6 @@ def render(o, indent=0) -> str:
     return json.dumps(o, ensure_ascii=False, separators=(", ", ": "))
 
 
-def sha256(path):
-    with open(path, "rb") as fh:
-        return hashlib.sha256(fh.read()).hexdigest()
-
-
-def dir_size(path):
-    return sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(path) for f in fs)
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="tests/fixtures/images")
@@ -732,9 +705,7 @@ def main() -> int:
     text = render(doc) + "\n"
     if json.loads(text) != json.loads(json.dumps(doc)):
         raise SystemExit("JSON round-trip mismatch")
-    with open(os.path.join(out, "golden.json"), "w", encoding="utf-8", newline="\n") as fh:
-        fh.write(text)
-    os.chmod(os.path.join(out, "golden.json"), 0o644)
+    write_golden(os.path.join(out, "golden.json"), text)
     chmod_tree(inputs_dir)
 
     for n in owned:

@@ -34,28 +34,19 @@ Needs ``sentencepiece`` (0.2.3) beside transformers.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import shutil
 import sys
 
-os.environ["HF_HUB_OFFLINE"] = "1"
-os.environ["TRANSFORMERS_OFFLINE"] = "1"
-os.environ["TOKENIZERS_PARALLELISM"] = "false"
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fixturelib.common import load, offline  # noqa: E402
+
+offline()
 os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 
-
-def _load(name):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(HERE, f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-gif = _load("gen_image_fixtures")
+gif = load("gen_image_fixtures")
 gbf = gif.gbf
 
 SEED = 61

@@ -45,12 +45,12 @@ import sys
 import tempfile
 
 # Must be set before importing huggingface_hub / transformers.
-os.environ["HF_HUB_OFFLINE"] = "1"
-os.environ["TRANSFORMERS_OFFLINE"] = "1"
-os.environ["TOKENIZERS_PARALLELISM"] = "false"
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fixturelib.common import offline, write_golden  # noqa: E402
+
+offline()
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gen_fixtures  # noqa: E402  (tokenizer builder, dump(), dir_size())
 import gen_backbone_fixtures  # noqa: E402  (the RoBERTa-family tokenizers)
 
@@ -673,9 +673,7 @@ def main() -> int:
     if json.loads(text) != json.loads(json.dumps({**header, "models": models_out})):
         raise SystemExit("JSON round-trip mismatch")
     golden = os.path.join(out, "golden.json")
-    with open(golden, "w", encoding="utf-8", newline="\n") as fh:
-        fh.write(text)
-    os.chmod(golden, 0o644)
+    write_golden(golden, text)
     print(f"wrote {golden}: {len(text.encode('utf-8'))} bytes; vocab_size={vocab_size}", file=sys.stderr)
     print(f"total: {gen_fixtures.dir_size(out)} bytes", file=sys.stderr)
     for k, v in sorted(stats.items()):
