@@ -10,6 +10,7 @@ import json
 import os
 
 SCRIPTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(SCRIPTS)  # the repository
 
 
 def offline() -> None:
