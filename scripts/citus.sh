@@ -35,8 +35,7 @@ node_env() { # node_env N command...: the command with scripts/env.sh pointed at
 
 find_tarball() {
     local t
-    for t in "${CITUS_TARBALL:-}" "$REPO/../shared/vendor/citus-$CITUS_VERSION.tar.gz" \
-             "/work/shared/vendor/citus-$CITUS_VERSION.tar.gz"; do
+    for t in "${CITUS_TARBALL:-}" "$REPO/../shared/vendor/citus-$CITUS_VERSION.tar.gz"; do
         [ -n "$t" ] && [ -f "$t" ] && { echo "$t"; return 0; }
     done
     return 1

@@ -6,8 +6,8 @@
 #   bash scripts/gen_compat.sh            make the virtual environments (once), then regenerate
 #   bash scripts/gen_compat.sh --check    regenerate twice and check both runs give the same bytes
 #
-# One virtual environment per library version, under $COMPAT_VENVS (default /work/venvs, outside
-# the repository), named compat-<lib><version>. Each is made with --system-site-packages so that
+# One virtual environment per library version, under $COMPAT_VENVS (default .cache/compat-venvs in
+# the repository, git-ignored), named compat-<lib><version>. Each is made with --system-site-packages so that
 # the base interpreter's torch (and numpy) is reused: PYTHON (default python3) must import torch.
 # Every package installed into an environment is pinned below (the whole resolved set, installed
 # with --no-deps, then `pip check`); the versions the base interpreter provides are recorded in
@@ -21,7 +21,7 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PYTHON="${PYTHON:-python3}"
-VENVS="${COMPAT_VENVS:-/work/venvs}"
+VENVS="${COMPAT_VENVS:-$ROOT/.cache/compat-venvs}"
 OUT="${COMPAT_OUT:-$ROOT/tests/fixtures/compat}"
 CHECK=0
 [ "${1:-}" = "--check" ] && CHECK=1
@@ -74,7 +74,7 @@ done
 
 run() {
   local work
-  work="$(mktemp -d /tmp/pg_embed_compat.XXXXXX)"
+  work="$(mktemp -d -t pg_embed_compat.XXXXXX)"
   local t0=$SECONDS
   for v in "${VERSIONS[@]}"; do
     local t=$SECONDS
