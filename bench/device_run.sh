@@ -18,7 +18,7 @@
 #            PyTorch in both precisions at each of DECODER_THREADS (default "2")
 #   images   a ViT-B/16 (bench/images_data.py), 64 JPEGs end to end, pg_embed and PyTorch in
 #            both precisions at each of IMAGE_THREADS (default "2")
-# Writes $OUT/device.json (every system's JSON line, tagged with part, threads and
+# Writes $OUT (default bench/.cache/device)/device.json (every system's JSON line, tagged with part, threads and
 # precision; the vectors dropped at the end) as it goes, then $OUT/device.txt (bench/device_report.py: the CPU, the tables,
 # the ratios and the goals of the AMX issue). Asserts nothing; a part that fails is noted
 # and the next one runs.
@@ -26,7 +26,7 @@ set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 D=devrun
-O="${OUT:-/tmp/out}"
+O="${OUT:-$PWD/bench/.cache/device}"
 PY="${PYTHON:-python3}"
 THREADS="${THREADS:-1 2 4 8 16}"
 BASE_THREADS="${BASE_THREADS:-2 16}"

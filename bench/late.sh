@@ -25,7 +25,7 @@
 #
 # Needs a running server (`make demo`; another port with PG_EMBED_PORT=...) with pgvector,
 # and PyLate 1.6 + FlagEmbedding 1.4 for the baselines (PYLATE_SITE, default
-# /work/pylate-site: tests/fixtures/late/README.md says how to make it). The models are
+# .cache/pylate-site in the repository: tests/fixtures/late/README.md says how to make it). The models are
 # built once into the server's pg_embed.model_dir (bench-colbert, bench-m3) from
 # $MODEL_DIR/all-MiniLM-L6-v2 (scripts/fetch_model.sh).
 set -euo pipefail
@@ -42,7 +42,7 @@ REPEATS="${LATE_REPEATS:-3}"
 BENCH="$REPO/bench"
 CORPUS="$BENCH/corpus.txt"
 BENCH_VENV="${PG_EMBED_BENCH_VENV:-$BENCH/.venv}"
-PYLATE_SITE="${PYLATE_SITE:-/work/pylate-site}"
+PYLATE_SITE="${PYLATE_SITE:-$REPO/.cache/pylate-site}"
 MINILM_DIR="$MODEL_DIR/all-MiniLM-L6-v2"
 mkdir -p "$BENCH/results"
 OUT="$BENCH/results/late-$(git -C "$REPO" rev-parse --short HEAD)-$(date -u +%Y%m%dT%H%M%SZ).txt"

@@ -15,7 +15,7 @@ the same MiniLM, on the corpus, torch.set_num_threads(--threads), best of --repe
 warm-up; prints one JSON object.
 
 Needs PyLate 1.6 and FlagEmbedding 1.4 on PYTHONPATH (tests/fixtures/late/README.md: the
-pinned site, e.g. PYTHONPATH=/work/pylate-site) over an environment with torch.
+pinned site, e.g. PYTHONPATH=.cache/pylate-site) over an environment with torch.
 """
 
 import argparse

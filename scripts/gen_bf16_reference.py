@@ -581,7 +581,7 @@ def main() -> int:
     args = ap.parse_args()
     if importlib.util.find_spec("PIL") is None:
         raise SystemExit("the image models' processors need Pillow (the image goldens were made with 13.0.0), e.g. "
-                         "pip install --target /tmp/pylib pillow==13.0.0 and PYTHONPATH=/tmp/pylib")
+                         "pip install --target .cache/pillow-site pillow==13.0.0 and PYTHONPATH=.cache/pillow-site")
 
     import logging
     import warnings

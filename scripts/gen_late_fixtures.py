@@ -3,7 +3,7 @@
 
 Usage (the exact command; nothing is downloaded):
 
-    HF_HUB_OFFLINE=1 PYTHONPATH=/work/pylate-site bench/.venv/bin/python scripts/gen_late_fixtures.py \\
+    HF_HUB_OFFLINE=1 PYTHONPATH=.cache/pylate-site bench/.venv/bin/python scripts/gen_late_fixtures.py \\
         --out tests/fixtures/late
 
 Why: pg_embed's Rust parity tests for late-interaction models (PyLate ColBERT checkpoints and
@@ -18,7 +18,7 @@ The reference libraries pin versions of their own (sentence-transformers 5.3.0, 
 5.3.0) that differ from the ones in bench/.venv (sentence-transformers 6.x, transformers 5.23),
 so they live in a separate site directory, put first on PYTHONPATH.  It was made with:
 
-    bench/.venv/bin/pip install --no-deps --target /work/pylate-site pylate==1.6.0 \\
+    bench/.venv/bin/pip install --no-deps --target .cache/pylate-site pylate==1.6.0 \\
         sentence-transformers==5.3.0 transformers==5.3.0 tokenizers==0.22.2 \\
         'huggingface_hub>=1.3,<2' ujson==5.12.0 datasets FlagEmbedding==1.4.2 peft accelerate \\
         httpx httpcore certifi multiprocess pandas python-dateutil pytz tzdata h11 anyio sniffio \\
@@ -34,7 +34,7 @@ and holds (its ``*.dist-info`` names; golden.json's header lists them too):
     tzdata-2026.6  ujson-5.12.0  xxhash-4.1.0
 
 torch (2.15), numpy, scipy and safetensors come from bench/.venv.  Check the setup with
-``PYTHONPATH=/work/pylate-site bench/.venv/bin/python -c "import pylate, FlagEmbedding"``.
+``PYTHONPATH=.cache/pylate-site bench/.venv/bin/python -c "import pylate, FlagEmbedding"``.
 
 The script
 
@@ -353,7 +353,7 @@ def main() -> int:
     torch.set_num_threads(1)
     torch.set_default_dtype(torch.float32)
     if not sentence_transformers.__version__.startswith("5.3.") or not pylate.__version__.startswith("1.6."):
-        raise SystemExit(f"run with PYTHONPATH=/work/pylate-site (got sentence-transformers "
+        raise SystemExit(f"run with PYTHONPATH=.cache/pylate-site (got sentence-transformers "
                          f"{sentence_transformers.__version__}, pylate {pylate.__version__})")
 
     out = os.path.abspath(args.out)
@@ -401,6 +401,7 @@ def main() -> int:
     header = {
         "generator": {
             "script": "scripts/gen_late_fixtures.py",
+            # The command that made tests/fixtures/late (the site was then outside the repository).
             "command": "HF_HUB_OFFLINE=1 PYTHONPATH=/work/pylate-site bench/.venv/bin/python "
                        "scripts/gen_late_fixtures.py --out tests/fixtures/late",
             "python": sys.version.split()[0],
