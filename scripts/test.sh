@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make test`: every test of pg_embed, on one release build (the dependencies are compiled
 # once and shared by every stage: the build the tests run is the build that is installed).
-#   0. scripts/check_docker_test.py: docker/ checked statically (and the check itself tested)
+#   0. scripts/check_docker_test.py: docker/ checked statically (and the check itself tested);
+#      scripts/check_structure.py: no import cycle between files, no source file over 800 lines
 #   c. cargo test --release -p pg_embed_core: the pgrx-free core crate alone (kernels, models,
 #      pooling, pipeline; golden parity and property tests), no PostgreSQL needed; then again
 #      with PG_EMBED_CPU set to each CPU kind below this one (the paths those machines take)
@@ -75,10 +76,12 @@ section_done
 cd "$REPO"
 mkdir -p target
 
-# ---- 0. static check of docker/ (no Docker engine here: the image is not built) ----------
+# ---- 0. static checks: docker/ (no Docker engine here: the image is not built), and the
+# code's structure (no import cycle between files, no source file over 800 lines) ----------
 if [ "$PG_MAJOR" = 18 ] && want pgrx; then
-    section "docker/ static check"
+    section "static checks (docker/, structure)"
     python3 scripts/check_docker_test.py
+    python3 scripts/check_structure.py
     section_done
 fi
 

@@ -26,7 +26,7 @@ use pgrx::pgrx_sql_entity_graph::metadata::{
 use pgrx::prelude::*;
 use pgrx::AnyArray;
 
-use crate::sql::report as raise;
+use crate::error::report as raise;
 
 /// A matrix of float32 values, row-major: SQL's 2-D `real[]` (see the module's notes).
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -16,6 +16,7 @@ pgrx::extension_sql_file!("../sql/workflow.sql", name = "workflow", finalize);
 
 mod cache;
 mod catalog;
+mod error;
 mod guc;
 mod jsonb;
 mod late;
@@ -38,7 +39,7 @@ pub extern "C-unwind" fn _PG_init() {
 /// cancel (a model call it ends is counted as cancelled, not failed).
 pub(crate) fn check_interrupts() {
     if interrupt_pending() {
-        stats::note_cancel();
+        error::note_cancel();
     }
     pgrx::check_for_interrupts!();
 }

@@ -115,8 +115,6 @@ struct Record {
 thread_local! {
     /// Records of calls that ended in an ERROR, kept until it is safe to hand them on.
     static DEFERRED: RefCell<Vec<Record>> = const { RefCell::new(Vec::new()) };
-    /// Set just before an interrupt check raises a cancel (or a timeout or terminate).
-    static CANCELLING: Cell<bool> = const { Cell::new(false) };
     /// Whether this process is a vectorize worker.
     static WORKER: Cell<bool> = const { Cell::new(false) };
 }
@@ -141,12 +139,6 @@ pub fn set_worker() {
 pub fn flush_worker() {
     // SAFETY: a plain call between the worker's transactions.
     guarded(|| unsafe { pg_embed_stat_flush() });
-}
-
-/// Notes that the interrupt check about to run raises a cancel, so that the call it ends
-/// is counted as cancelled rather than failed.
-pub fn note_cancel() {
-    CANCELLING.set(true);
 }
 
 #[pg_guard]
@@ -234,7 +226,7 @@ pub struct Call {
 impl Call {
     pub fn new(model: &str, source: &str, function: &'static str, pipeline: Rc<Pipeline>) -> Call {
         publish_deferred();
-        CANCELLING.set(false);
+        crate::error::take_cancel_note();
         let before = pipeline_counts(&pipeline);
         Call { model: model.to_string(), source: source.to_string(), function, pipeline, before, started: Instant::now() }
     }
@@ -254,7 +246,7 @@ impl Drop for Call {
         let after = pipeline_counts(&self.pipeline);
         let d = |i: usize| after[i].saturating_sub(self.before[i]) as i64;
         let unwinding = std::thread::panicking();
-        let outcome = match (unwinding, CANCELLING.take()) {
+        let outcome = match (unwinding, crate::error::take_cancel_note()) {
             (false, _) => Outcome::Ok,
             (true, true) => Outcome::Cancelled,
             (true, false) => Outcome::Error,
@@ -413,7 +405,7 @@ mod embed {
     #[pg_extern(volatile, parallel_unsafe)]
     fn stat_reset(model: default!(Option<&str>, "NULL")) -> i32 {
         if !crate::catalog::is_admin() {
-            crate::sql::raise(pg_embed_core::error::Error::PermissionDenied { action: "reset statistics" });
+            crate::error::raise(pg_embed_core::error::Error::PermissionDenied { action: "reset statistics" });
         }
         publish_deferred();
         let name = model.map(c_string);
