@@ -61,7 +61,7 @@ impl Dense {
     /// model.safetensors (`linear.weight` [out, in], `linear.bias` [out]).
     pub fn load(folder: &Path) -> Result<Self> {
         let config_path = folder.join("config.json");
-        let cfg: DenseConfig = crate::st::read_json(&config_path)?;
+        let cfg: DenseConfig = crate::files::read_json(&config_path)?;
         let activation =
             Activation::from_torch_class(&cfg.activation_function).ok_or_else(|| Error::Unsupported {
                 what: "activation_function",
@@ -80,7 +80,7 @@ impl Dense {
             }
         }
         let weights_path = folder.join("model.safetensors");
-        let mut tensors = crate::weights::read_safetensors(&weights_path)?;
+        let mut tensors = crate::safetensors_io::read_safetensors(&weights_path)?;
         let mut take = |name: &str, shape: &[usize]| -> Result<Tensor> {
             let t = tensors
                 .remove(name)
@@ -122,7 +122,7 @@ impl Dense {
         let activation = Activation::parse(&spec.activation).ok_or_else(|| {
             bad(format!("unknown activation \"{}\"; expected one of {ACTIVATION_NAMES}", spec.activation))
         })?;
-        let mut tensors = crate::weights::read_safetensors(file)?;
+        let mut tensors = crate::safetensors_io::read_safetensors(file)?;
         let mut names: Vec<&String> = tensors.keys().collect();
         names.sort();
         let listing = names.iter().map(|n| n.as_str()).collect::<Vec<_>>().join(", ");

@@ -173,7 +173,7 @@ pub fn cache_dir(setting: &str) -> Result<PathBuf> {
 /// sha256 (hex) of every file under `dir`, by path relative to it, links followed; every
 /// file must lie inside `root`.
 pub fn digests(root: &Path, dir: &Path) -> Result<BTreeMap<String, String>> {
-    crate::st::files_under(dir, crate::source::admit_inside(root, "hub file"))?
+    crate::files::files_under(dir, crate::source::admit_inside(root, "hub file"))?
         .into_iter()
         .map(|path| {
             let name = path.strip_prefix(dir).unwrap_or(&path).to_string_lossy().into_owned();

@@ -10,19 +10,8 @@ use serde::{Deserialize, Serialize};
 use tokenizers::Tokenizer;
 
 use crate::error::{Error, Result};
-
-/// PyLate's settings, as `ColBERT.save` writes them into config_sentence_transformers.json.
-/// A missing key takes PyLate's default.
-#[derive(Debug, Default, Deserialize)]
-pub struct ColbertConfig {
-    pub query_prefix: Option<String>,
-    pub document_prefix: Option<String>,
-    pub query_length: Option<usize>,
-    pub document_length: Option<usize>,
-    pub attend_to_expansion_tokens: Option<bool>,
-    pub do_query_expansion: Option<bool>,
-    pub skiplist_words: Option<Vec<String>>,
-}
+use crate::files::read_json_opt;
+use crate::st::ColbertConfig;
 
 /// Which side of a ColBERT model an input is encoded as (`embed_multi`'s prompt_name).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -172,7 +161,7 @@ pub struct SpecialTokens {
 
 impl SpecialTokens {
     pub fn read(path: &Path) -> Result<Self> {
-        let Some(config) = crate::st::read_json_opt::<serde_json::Value>(path)? else {
+        let Some(config) = read_json_opt::<serde_json::Value>(path)? else {
             return Ok(SpecialTokens::default());
         };
         let token = |key: &str| match config.get(key) {

@@ -3,10 +3,12 @@
 //! extension crate at the repository root is the SQL edge over this crate; everything here
 //! is tested with plain `cargo test -p pg_embed_core`.
 
+pub mod buffer;
 pub mod chunk;
 pub mod classifier;
 pub mod cpu;
 pub mod error;
+pub mod files;
 pub mod heads;
 pub mod late;
 pub mod hub;
@@ -22,11 +24,13 @@ pub mod pipeline;
 pub mod pooling;
 pub mod prepared;
 pub mod processor;
+pub mod safetensors_io;
 pub mod sentencepiece;
 pub mod source;
 pub mod sparse;
 pub mod st;
 pub mod stages;
 pub mod threads;
+pub mod tokenizer;
 pub mod torch_pt;
 pub mod weights;

@@ -42,11 +42,11 @@ pub fn resolve(model_dir: &str, source: &str) -> Result<PathBuf> {
             reason: "it is not a directory".into(),
         });
     }
-    crate::st::files_under(&resolved, admit_inside(&root, "model file"))?;
+    crate::files::files_under(&resolved, admit_inside(&root, "model file"))?;
     Ok(resolved)
 }
 
-/// An `admit` check for [`crate::st::files_under`]: the entry, links followed, lies inside
+/// An `admit` check for [`crate::files::files_under`]: the entry, links followed, lies inside
 /// the canonical directory `root`; else it is refused as `what`, named relative to `root`.
 pub fn admit_inside<'a>(root: &'a Path, what: &'static str) -> impl Fn(&Path) -> Result<()> + 'a {
     move |path: &Path| {

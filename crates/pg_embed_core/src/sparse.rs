@@ -177,13 +177,13 @@ impl QueryRoute {
     /// The SparseStaticEmbedding folder: tokenizer.json, tokenizer_config.json and the
     /// weights (`weight`, one per vocabulary id) in model.safetensors.
     pub fn load(name: &str, dir: &Path, vocab: usize) -> Result<Self> {
-        let (mut tokenizer, _) = crate::pipeline::text::load_tokenizer(&dir.join("tokenizer.json"))?;
-        let max_length = crate::pipeline::text::tokenizer_max_length(&dir.join("tokenizer_config.json"))?;
+        let (mut tokenizer, _) = crate::tokenizer::load_tokenizer(&dir.join("tokenizer.json"))?;
+        let max_length = crate::tokenizer::tokenizer_max_length(&dir.join("tokenizer_config.json"))?;
         tokenizer.with_padding(None);
         let truncation = max_length.map(|max_length| tokenizers::TruncationParams { max_length, ..Default::default() });
         tokenizer.with_truncation(truncation).map_err(|e| Error::invalid_file(dir.join("tokenizer.json"), e))?;
         let path = dir.join("model.safetensors");
-        let mut tensors = crate::weights::read_safetensors(&path)?;
+        let mut tensors = crate::safetensors_io::read_safetensors(&path)?;
         let weights = tensors
             .remove("weight")
             .ok_or_else(|| Error::invalid_file(&path, "no \"weight\" tensor"))?

@@ -5,43 +5,11 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
 use crate::error::{Error, Result};
+use crate::files::{read_json, read_json_opt};
 use crate::pooling::PoolingMode;
-
-/// Reads and parses a JSON file; a missing file is `Ok(None)`.
-pub fn read_json_opt<T: DeserializeOwned>(path: &Path) -> Result<Option<T>> {
-    match std::fs::read(path) {
-        Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| Error::invalid_file(path, e)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(Error::io(path, e)),
-    }
-}
-
-pub fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T> {
-    read_json_opt(path)?.ok_or_else(|| Error::MissingFile { path: path.into() })
-}
-
-/// Every file under `dir`, sub-folders and links followed, as paths under `dir`. `admit`
-/// sees each entry (file or folder) before it is used and may refuse it, which ends the walk.
-pub fn files_under(dir: &Path, mut admit: impl FnMut(&Path) -> Result<()>) -> Result<Vec<PathBuf>> {
-    let mut files = Vec::new();
-    let mut pending = vec![dir.to_path_buf()];
-    while let Some(d) = pending.pop() {
-        for entry in std::fs::read_dir(&d).map_err(|e| Error::io(&d, e))? {
-            let path = entry.map_err(|e| Error::io(&d, e))?.path();
-            admit(&path)?;
-            if path.is_dir() {
-                pending.push(path);
-            } else {
-                files.push(path);
-            }
-        }
-    }
-    Ok(files)
-}
 
 /// One entry of modules.json.
 #[derive(Debug, Deserialize)]
@@ -254,6 +222,19 @@ fn splade_relu() -> String {
 }
 
 /// The sparse side of a SparseEncoder directory.
+/// PyLate's settings, as `ColBERT.save` writes them into config_sentence_transformers.json.
+/// A missing key takes PyLate's default.
+#[derive(Debug, Default, Deserialize)]
+pub struct ColbertConfig {
+    pub query_prefix: Option<String>,
+    pub document_prefix: Option<String>,
+    pub query_length: Option<usize>,
+    pub document_length: Option<usize>,
+    pub attend_to_expansion_tokens: Option<bool>,
+    pub do_query_expansion: Option<bool>,
+    pub skiplist_words: Option<Vec<String>>,
+}
+
 #[derive(Debug)]
 pub struct SparseLayout {
     /// The SpladePooling module after the MLMTransformer.
@@ -422,7 +403,7 @@ pub struct Layout {
     pub prompts: ModelConfig,
     /// A ColBERT model as PyLate saves it: its Dense folders (projections of every token)
     /// and its settings (config_sentence_transformers.json).
-    pub colbert: Option<(Vec<PathBuf>, crate::late::ColbertConfig)>,
+    pub colbert: Option<(Vec<PathBuf>, ColbertConfig)>,
 }
 
 /// model2vec's config.json.
@@ -465,7 +446,7 @@ fn model2vec_config(dir: &Path) -> Result<Option<Model2VecConfig>> {
         return Ok(None);
     }
     let weights = dir.join("model.safetensors");
-    if !weights.exists() || !crate::weights::safetensors_shapes(&weights)?.contains_key("embeddings") {
+    if !weights.exists() || !crate::safetensors_io::safetensors_shapes(&weights)?.contains_key("embeddings") {
         return Ok(None);
     }
     let unknown_dropped_first = config.get("max_length").is_none();

@@ -1,8 +1,9 @@
-//! Weight I/O: safetensors files read as float32 tensors (never mapped: a file changed
-//! under a mapping could crash the backend), and their sizes from the headers alone. A
-//! backbone's weights (one `model.safetensors`, or the shards a
-//! `model.safetensors.index.json` lists) are read one tensor at a time, when the model asks
-//! for it: loading holds the model being built plus one tensor, not the whole file.
+//! Weight I/O: a backbone's weights (one `model.safetensors`, or the shards a
+//! `model.safetensors.index.json` lists) read one tensor at a time, when the model asks for
+//! it: loading holds the model being built plus one tensor, not the whole file. Also the
+//! bytes a model folder's weights take once prepared (from the headers alone) and the
+//! builders of torch's Linear and LayerNorm. Whole safetensors files and their headers are
+//! read by `crate::safetensors_io`.
 
 use std::collections::HashMap;
 use std::os::unix::fs::FileExt;
@@ -14,6 +15,9 @@ use candle_nn::VarBuilder;
 use crate::error::{Error, Result};
 use crate::layers::{Linear, Norm};
 use crate::options::Precision;
+use crate::safetensors_io::read_header;
+// The models name it here (static_embedding).
+pub use crate::safetensors_io::safetensors_shapes;
 
 /// Bytes the weights of the model directory `dir` take once prepared in `precision`: the
 /// size of the server's shared prepared file, and of the private copy the backend that
@@ -29,7 +33,7 @@ pub fn prepared_bytes(dir: &Path, precision: Precision) -> Result<u64> {
         Precision::Bfloat16 => Some(crate::st::Layout::read(dir)?.backbone_dir),
     };
     let mut total = 0u64;
-    for path in crate::st::files_under(dir, |_| Ok(()))? {
+    for path in crate::files::files_under(dir, |_| Ok(()))? {
         if path.extension().is_some_and(|e| e == "safetensors") {
             let is_backbone = backbone.as_deref().is_some_and(|b| {
                 path.parent() == Some(b)
@@ -65,62 +69,6 @@ fn safetensors_prepared_bytes(path: &Path, bfloat16: bool) -> Result<u64> {
     Ok(total)
 }
 
-/// A safetensors file's header (an 8-byte little-endian length, then that many bytes of
-/// JSON), `__metadata__` left out: each tensor's entry by name, and where the data begins.
-/// Nothing is read for the tensors.
-fn read_header(path: &Path, file: &mut std::fs::File) -> Result<(HashMap<String, serde_json::Value>, u64)> {
-    use std::io::Read;
-    /// Headers are kilobytes; a larger length is a corrupt file, not a reason to allocate.
-    const MAX_HEADER: u64 = 100 << 20;
-    let mut len = [0u8; 8];
-    file.read_exact(&mut len)
-        .map_err(|e| Error::invalid_file(path, format!("no safetensors header: {e}")))?;
-    let len = u64::from_le_bytes(len);
-    if len > MAX_HEADER {
-        return Err(Error::invalid_file(path, format!("safetensors header length {len} is not plausible")));
-    }
-    let mut header = vec![0u8; len as usize];
-    file.read_exact(&mut header)
-        .map_err(|e| Error::invalid_file(path, format!("truncated safetensors header: {e}")))?;
-    let mut tensors: HashMap<String, serde_json::Value> =
-        serde_json::from_slice(&header).map_err(|e| Error::invalid_file(path, e))?;
-    tensors.remove("__metadata__");
-    Ok((tensors, 8 + len))
-}
-
-/// Every tensor's shape, by name, from a safetensors file's header alone.
-pub fn safetensors_shapes(path: &Path) -> Result<HashMap<String, Vec<u64>>> {
-    #[derive(serde::Deserialize)]
-    struct Entry {
-        shape: Vec<u64>,
-    }
-    let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
-    let (tensors, _) = read_header(path, &mut file)?;
-    tensors
-        .into_iter()
-        .map(|(name, value)| {
-            let entry: Entry =
-                serde_json::from_value(value).map_err(|e| Error::invalid_file(path, format!("{name}: {e}")))?;
-            Ok((name, entry.shape))
-        })
-        .collect()
-}
-
-/// Reads a safetensors file into memory as f32 tensors (no mmap: a file changed under a
-/// mapping would crash the backend).
-pub fn read_safetensors(path: &Path) -> Result<HashMap<String, Tensor>> {
-    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
-    let tensors = candle_core::safetensors::load_buffer(&bytes, &Device::Cpu)
-        .map_err(|e| Error::invalid_file(path, e))?;
-    tensors
-        .into_iter()
-        .map(|(name, t)| {
-            let t = t.to_dtype(DType::F32).map_err(|e| Error::invalid_file(path, format!("{name}: {e}")))?;
-            Ok((name, t))
-        })
-        .collect()
-}
-
 /// The backbone's weights under `dir` (`model.safetensors`, else the shards of
 /// `model.safetensors.index.json`), read one tensor at a time as the model asks for them,
 /// and their parameter count.
@@ -142,7 +90,7 @@ pub fn backbone_files(dir: &Path) -> Result<Vec<PathBuf>> {
     struct Index {
         weight_map: std::collections::BTreeMap<String, String>,
     }
-    let parsed: Index = crate::st::read_json(&index)?;
+    let parsed: Index = crate::files::read_json(&index)?;
     let mut files: Vec<&String> = parsed.weight_map.values().collect();
     files.sort();
     files.dedup();

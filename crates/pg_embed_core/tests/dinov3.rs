@@ -61,7 +61,7 @@ fn golden() -> Golden {
 
 /// transformers' pixel_values by "<model>/<image file>".
 fn pixels() -> BTreeMap<String, Pixels> {
-    let tensors = pg_embed_core::weights::read_safetensors(&dir().join("pixels.safetensors")).expect("pixels");
+    let tensors = pg_embed_core::safetensors_io::read_safetensors(&dir().join("pixels.safetensors")).expect("pixels");
     tensors
         .into_iter()
         .map(|(name, t)| {
@@ -78,7 +78,7 @@ fn load(name: &str, options: serde_json::Value) -> Pipeline {
 
 fn backbone(name: &str) -> Box<dyn pg_embed_core::models::Model> {
     let d = dir().join(name);
-    let tensors = pg_embed_core::weights::read_safetensors(&d.join("model.safetensors")).unwrap();
+    let tensors = pg_embed_core::safetensors_io::read_safetensors(&d.join("model.safetensors")).unwrap();
     let vb = candle_nn::VarBuilder::from_tensors(tensors, candle_core::DType::F32, &candle_core::Device::Cpu);
     let path = d.join("config.json");
     let config = BackboneConfig::parse(&path, &std::fs::read(&path).unwrap()).unwrap();

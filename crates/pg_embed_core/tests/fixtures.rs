@@ -306,7 +306,7 @@ fn pooler_needs_a_checkpoint_that_carries_one() {
     for f in ["config.json", "tokenizer.json", "tokenizer_config.json"] {
         std::fs::copy(src.join(f), dir.join(f)).unwrap();
     }
-    let mut tensors = pg_embed_core::weights::read_safetensors(&src.join("model.safetensors")).unwrap();
+    let mut tensors = pg_embed_core::safetensors_io::read_safetensors(&src.join("model.safetensors")).unwrap();
     tensors.retain(|name, _| !name.starts_with("pooler."));
     candle_core::safetensors::save(&tensors, dir.join("model.safetensors")).unwrap();
     let options = Options::from_json(&serde_json::json!({"pooling": "pooler"})).unwrap();

@@ -60,7 +60,7 @@ fn golden() -> Golden {
 /// The processor's pixel_values by "<pixels_key>/<image file>".
 fn pixels() -> BTreeMap<String, Pixels> {
     let tensors =
-        pg_embed_core::weights::read_safetensors(&dir().join("pixels.safetensors")).expect("pixels");
+        pg_embed_core::safetensors_io::read_safetensors(&dir().join("pixels.safetensors")).expect("pixels");
     tensors
         .into_iter()
         .map(|(name, t)| {

@@ -199,7 +199,7 @@ fn edit_json(path: &Path, field: usize, value: &Value) -> String {
 
 /// Every file under `dir`, as paths relative to it, sorted.
 fn files(dir: &Path) -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = pg_embed_core::st::files_under(dir, |_| Ok(()))
+    let mut out: Vec<PathBuf> = pg_embed_core::files::files_under(dir, |_| Ok(()))
         .unwrap()
         .into_iter()
         .map(|p| p.strip_prefix(dir).unwrap().to_path_buf())

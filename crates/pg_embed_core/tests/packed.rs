@@ -47,7 +47,7 @@ fn worst(got: &[Vec<f32>], want: &[Vec<f32>], what: &str) -> f32 {
 /// The backbone of fixture `name`, loaded through the architecture table.
 fn load(name: &str) -> Box<dyn Model> {
     let dir = root().join("tests/fixtures/backbones").join(name);
-    let tensors = pg_embed_core::weights::read_safetensors(&dir.join("model.safetensors")).unwrap();
+    let tensors = pg_embed_core::safetensors_io::read_safetensors(&dir.join("model.safetensors")).unwrap();
     let vb = candle_nn::VarBuilder::from_tensors(tensors, candle_core::DType::F32, &candle_core::Device::Cpu);
     let config_path = dir.join("config.json");
     let config = BackboneConfig::parse(&config_path, &std::fs::read(&config_path).unwrap()).unwrap();

@@ -77,7 +77,7 @@ fn golden() -> Golden {
 }
 
 fn pixels() -> BTreeMap<String, Pixels> {
-    let tensors = pg_embed_core::weights::read_safetensors(&dir().join("pixels.safetensors")).expect("pixels");
+    let tensors = pg_embed_core::safetensors_io::read_safetensors(&dir().join("pixels.safetensors")).expect("pixels");
     tensors
         .into_iter()
         .map(|(name, t)| {

@@ -49,12 +49,12 @@ pub fn layout() -> &'static str {
 pub struct Line([f32; 16]);
 
 // SAFETY: sixteen f32, no padding (64 bytes at 64-byte alignment).
-unsafe impl crate::prepared::buffer::Element for Line {}
+unsafe impl crate::buffer::Element for Line {}
 
 /// A weight [outputs, inputs] (torch's layout) packed into panels of 32 outputs.
 #[derive(serde::Serialize, serde::Deserialize)]
 pub struct PackedWeight {
-    lines: crate::prepared::Shared<Line>,
+    lines: crate::buffer::Shared<Line>,
     outputs: usize,
     inputs: usize,
 }

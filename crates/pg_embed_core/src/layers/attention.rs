@@ -6,7 +6,7 @@
 use rayon::prelude::*;
 
 use super::math::{exp, exp_sum, max};
-use super::stack::{Buf, Share};
+use super::scratch::{Buf, Share};
 use crate::stages::{time, Stage};
 
 /// An additive attention bias per head, [heads, size, size], read at [head, query, key]
@@ -96,7 +96,7 @@ pub fn relative_position_bucket(relative_position: i64, num_buckets: usize, max_
 /// `relative_attention_bias`, [buckets, heads]).
 #[derive(serde::Serialize, serde::Deserialize)]
 pub struct RelativeBias {
-    table: crate::prepared::Floats,
+    table: crate::buffer::Floats,
     buckets: usize,
     heads: usize,
     max_distance: usize,
@@ -150,7 +150,7 @@ impl RelativeBias {
 #[derive(serde::Serialize, serde::Deserialize)]
 pub struct Rotary {
     /// 1 / theta^(2i / head_dim) for i < head_dim / 2.
-    inv_freq: crate::prepared::Floats,
+    inv_freq: crate::buffer::Floats,
 }
 
 impl Rotary {

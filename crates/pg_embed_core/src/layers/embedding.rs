@@ -4,7 +4,7 @@
 /// A table of `rows` embeddings of `width` values.
 #[derive(serde::Serialize, serde::Deserialize)]
 pub struct Embedding {
-    table: crate::prepared::Floats,
+    table: crate::buffer::Floats,
     rows: usize,
     width: usize,
 }

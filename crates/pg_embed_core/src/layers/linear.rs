@@ -9,10 +9,10 @@
 
 use gemm::Parallelism;
 
-use super::stack::{for_rows, Buf, Share};
+use super::scratch::{for_rows, Buf, Share};
 use crate::kernels::{bf16, float32};
 use crate::options::Precision;
-use crate::prepared::Floats;
+use crate::buffer::Floats;
 
 thread_local! {
     static PRECISION: std::cell::Cell<Precision> = const { std::cell::Cell::new(Precision::Float32) };

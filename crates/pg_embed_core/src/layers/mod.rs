@@ -20,6 +20,8 @@
 //! - `attention`: attention over packed sequences, softmax, [`Rotary`], [`RelativeBias`].
 //! - `stack`: [`Stack`], [`Layer`], [`Mlp`] and the thread split (groups of sequences per
 //!   thread, or one team that shares out every step).
+//! - `scratch`: the activations a thread keeps between calls, the buffers the threads of a
+//!   step share and the row-parallel helpers (used by `stack`, `attention` and `linear`).
 //! - `embedding`: host-side embedding lookups and the checks of a packed batch's bounds.
 //!
 //! Threads come from the rayon pool the caller runs in (`crate::threads`); they run plain
@@ -64,6 +66,7 @@ mod embedding;
 mod linear;
 pub(crate) mod math;
 mod norm;
+mod scratch;
 mod stack;
 #[cfg(test)]
 mod tests;
@@ -74,4 +77,5 @@ pub use embedding::{lengths_of, Embedding};
 pub use linear::{torch_product, with_precision, Linear, Weight};
 pub use math::{erf, exp};
 pub use norm::Norm;
-pub use stack::{release_activations, Layer, Mlp, NormPosition, Sliding, Stack, StackSpec};
+pub use scratch::release_activations;
+pub use stack::{Layer, Mlp, NormPosition, Sliding, Stack, StackSpec};

@@ -2,7 +2,7 @@
 //! mean, no bias).
 
 use super::math::{sum, sum_squares};
-use crate::prepared::Floats;
+use crate::buffer::Floats;
 
 /// A normalisation over each row of its width.
 #[derive(serde::Serialize, serde::Deserialize)]

@@ -8,8 +8,7 @@ use std::sync::Arc;
 use candle_core::Device;
 use tokenizers::{PostProcessor, TruncationParams};
 
-use super::text::{check_token_ids, load_tokenizer, passes_type_ids, prompt_length, tokenizer_max_length};
-use super::text::{Prompt, Text};
+use super::text::{check_token_ids, prompt_length, Prompt, Text};
 use super::routes::{Routes, Routing};
 use super::{known_prompts, Input, Pipeline, PipelineInfo, Share, Sharing, SparseStage, Stats};
 use crate::classifier::{Classifier, HeadConfig};
@@ -23,6 +22,7 @@ use crate::pooling::PoolingMode;
 use crate::processor::ImageProcessor;
 use crate::prepared::{key, KeyOf, Outcome, Store};
 use crate::st::{Encoder, Layout};
+use crate::tokenizer::{load_tokenizer, passes_type_ids, tokenizer_max_length};
 
 impl Pipeline {
     /// Loads a model directory (sentence-transformers or plain Hugging Face layout).

@@ -12,10 +12,10 @@ use super::text::{encode_typed, Encoded};
 use super::Pipeline;
 use crate::error::{Error, Result};
 use crate::heads::Dense;
-use crate::late::{lexical_weights, Colbert, ColbertConfig, MultiVector, Side, SpecialTokens};
+use crate::late::{lexical_weights, Colbert, MultiVector, Side, SpecialTokens};
 use crate::models::{BackboneConfig, Model};
 use crate::sparse::{Selection, SparseVector};
-use crate::st::Layout;
+use crate::st::{ColbertConfig, Layout};
 
 /// The weights of the token heads: the projections of every token (PyLate's Dense modules,
 /// bge-m3's `colbert_linear`) and bge-m3's `sparse_linear`.

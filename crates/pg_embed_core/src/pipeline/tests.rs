@@ -444,7 +444,7 @@ mod reading {
 
     use tokenizers::Tokenizer;
 
-    use crate::pipeline::text::{largest_model_id, read_tokenizer, tokenizer_parts};
+    use crate::tokenizer::{largest_model_id, read_tokenizer, tokenizer_parts};
 
     /// `read_tokenizer` of a file's bytes.
     fn read(bytes: &[u8]) -> Option<Result<Tokenizer, String>> {

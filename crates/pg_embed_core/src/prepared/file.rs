@@ -28,7 +28,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::Xxh3;
 
-use super::buffer::{self, Region, Source, ALIGN};
+use crate::buffer::{self, Region, Source, ALIGN};
 use crate::error::{Error, Result};
 
 const MAGIC: &[u8; 7] = b"PGEMBED";

@@ -89,7 +89,7 @@ pub fn file_digest(memo_dir: &Path, path: &Path) -> Result<String> {
 
 /// The files under `dir`, links followed; every file must lie inside `root`.
 fn model_files(root: &Path, dir: &Path) -> Result<Vec<std::path::PathBuf>> {
-    crate::st::files_under(dir, crate::source::admit_inside(root, "model file"))
+    crate::files::files_under(dir, crate::source::admit_inside(root, "model file"))
 }
 
 /// The files under `dir` (links followed, every file inside `root`) and their stamps (size,

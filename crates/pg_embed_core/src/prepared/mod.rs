@@ -2,14 +2,13 @@
 //! fused Q/K/V, every small tensor) written once into a file of the cache directory and
 //! mapped read-only by every process that loads the model.
 //!
-//! - [`buffer::Shared`] is the buffer every weight lives in, owned or mapped.
+//! - [`Shared`] (`crate::buffer`) is the buffer every weight lives in, owned or mapped.
 //! - [`file`] is the file format: written to a temporary name, synced and renamed; checked
 //!   in full (sizes, checksums, version, layout, key) before it is mapped.
 //! - [`key`] names a file by a digest of what determines its contents.
 //! - [`Store`] (here) is the directory: find and map, or build under a lock and write; list;
 //!   remove what no model needs.
 
-pub mod buffer;
 pub mod file;
 pub mod key;
 
@@ -21,7 +20,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-pub use buffer::{Floats, Shared};
+pub use crate::buffer::{Floats, Shared};
 pub use file::{Header, Mapped};
 
 use crate::error::{Error, Result};

@@ -33,7 +33,7 @@ use std::sync::OnceLock;
 
 use crate::cpu::{cpu, Level};
 use crate::kernels::float32::{rows_of, split_panels, Then};
-use crate::prepared::Shared;
+use crate::buffer::Shared;
 use crate::stages::{time, Stage, Timer};
 
 #[cfg(target_arch = "x86_64")]
@@ -250,7 +250,7 @@ pub fn widen(b: u16) -> f32 {
 pub struct PairLine([u32; 16]);
 
 // SAFETY: sixteen u32, no padding (64 bytes at 64-byte alignment).
-unsafe impl crate::prepared::buffer::Element for PairLine {}
+unsafe impl crate::buffer::Element for PairLine {}
 
 /// A weight [outputs, inputs] (torch's layout) rounded to bfloat16 and packed into panels.
 #[derive(serde::Serialize, serde::Deserialize)]

@@ -1,12 +1,13 @@
 //! [`Shared`]: the buffer every weight of a loaded model lives in. It is either this
 //! process's own memory (a model built from its safetensors files) or a slice of a prepared
-//! file mapped read-only and shared by every backend (see [`super::file`]). The kernels read
-//! it as a plain slice and never know which.
+//! file mapped read-only and shared by every backend (see [`crate::prepared::file`]). The
+//! kernels read it as a plain slice and never know which.
 //!
-//! Serializing a `Shared` (inside [`super::file::write`]) records the buffer to be written in
-//! the file's data section and emits only `[offset, length]`; deserializing one (inside
-//! [`super::file::Mapped::restore`]) turns `[offset, length]` back into a slice of the mapping,
-//! checked against its bounds and alignment. Outside those two calls both are an error.
+//! Serializing a `Shared` (inside [`crate::prepared::file::write`]) records the buffer to be
+//! written in the file's data section and emits only `[offset, length]`; deserializing one
+//! (inside [`crate::prepared::file::Mapped::restore`]) turns `[offset, length]` back into a
+//! slice of the mapping, checked against its bounds and alignment. Outside those two calls
+//! both are an error.
 
 use std::cell::RefCell;
 use std::ops::Deref;
@@ -105,7 +106,7 @@ impl<T: Element + std::fmt::Debug> std::fmt::Debug for Shared<T> {
 pub type Floats = Shared<f32>;
 
 /// The buffers of one file being written: where each one goes in the data section.
-pub(super) struct Collector {
+pub(crate) struct Collector {
     /// (start, length in bytes) of each buffer's memory, in data-section order.
     pub segments: Vec<(*const u8, usize)>,
     /// Bytes of the data section so far (padding included).
@@ -113,7 +114,7 @@ pub(super) struct Collector {
 }
 
 /// The mapping buffers are restored from.
-pub(super) struct Source {
+pub(crate) struct Source {
     pub region: Arc<dyn Region>,
     /// Where the data section starts in `region`'s bytes, and its length.
     pub start: usize,
@@ -130,7 +131,7 @@ thread_local! {
 /// Runs `f` with buffers serialized into a new collector; returns `f`'s result and the
 /// collector. The buffers `f` serializes must outlive the collector's use (the caller holds
 /// the value being serialized while it writes the segments).
-pub(super) fn collecting<R>(f: impl FnOnce() -> R) -> (R, Collector) {
+pub(crate) fn collecting<R>(f: impl FnOnce() -> R) -> (R, Collector) {
     let previous = COLLECTOR.replace(Some(Collector { segments: Vec::new(), len: 0 }));
     let out = f();
     let collector = COLLECTOR.replace(previous).unwrap_or(Collector { segments: Vec::new(), len: 0 });
@@ -139,7 +140,7 @@ pub(super) fn collecting<R>(f: impl FnOnce() -> R) -> (R, Collector) {
 
 /// Runs `f` with buffers deserialized from `source`; returns `f`'s result and the bytes of
 /// buffers it restored.
-pub(super) fn restoring<R>(source: Source, f: impl FnOnce() -> R) -> (R, usize) {
+pub(crate) fn restoring<R>(source: Source, f: impl FnOnce() -> R) -> (R, usize) {
     let previous = SOURCE.replace(Some(source));
     let out = f();
     let restored = SOURCE.replace(previous).map_or(0, |s| s.restored);
