@@ -51,9 +51,9 @@ pub(crate) enum Gives {
     Dense(DenseOutput),
     /// Sparse vectors (`embed_sparse`): SPLADE over the MLM head's logits, and an
     /// inference-free model's query route.
-    Sparse(SparseStage),
+    Sparse(Box<SparseStage>),
     /// Token vectors (`embed_multi`): a ColBERT model.
-    Multi(ColbertTokens),
+    Multi(Box<ColbertTokens>),
     /// Logits (`classify`, `rerank`): the classification head of the weights.
     Classify,
     /// bge-m3's three outputs of one pass (`encode_all`): dense vectors, lexical weights
@@ -201,7 +201,7 @@ impl Outputs {
 
 /// The token outputs of a model with token heads, as their builder makes them.
 pub(super) enum TokenOutput {
-    Colbert(ColbertTokens),
+    Colbert(Box<ColbertTokens>),
     M3(Lexical),
 }
 
@@ -221,7 +221,7 @@ impl TokenOutput {
         Ok(match colbert {
             None => TokenOutput::M3(Lexical::load(&specials, tokenizer, config, selection)),
             Some(colbert) => {
-                TokenOutput::Colbert(ColbertTokens::load(colbert, &specials, tokenizer, backbone, (bdir, dir), config)?)
+                TokenOutput::Colbert(Box::new(ColbertTokens::load(colbert, &specials, tokenizer, backbone, (bdir, dir), config)?))
             }
         })
     }
@@ -235,7 +235,7 @@ impl Gives {
     pub(super) fn of(classify: bool, sparse: Option<SparseStage>, tokens: Option<TokenOutput>, dense: &DenseOutput) -> Self {
         match (sparse, tokens) {
             _ if classify => Gives::Classify,
-            (Some(sparse), _) => Gives::Sparse(sparse),
+            (Some(sparse), _) => Gives::Sparse(Box::new(sparse)),
             (None, Some(TokenOutput::Colbert(colbert))) => Gives::Multi(colbert),
             (None, Some(TokenOutput::M3(lexical))) => Gives::Three { dense: dense.clone(), lexical },
             (None, None) => Gives::Dense(dense.clone()),
