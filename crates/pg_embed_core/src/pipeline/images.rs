@@ -82,7 +82,7 @@ impl Pipeline {
         threads: usize,
         mut before_batch: impl FnMut() -> Result<()>,
     ) -> Result<Vec<Vec<f32>>> {
-        self.dense_output("embed")?;
+        self.outputs.dense("embed")?;
         self.images_batched(images, max_pixels, max_batch_tokens, threads, &mut before_batch, |pixels| {
             self.embed_pixels(pixels)
         })
@@ -93,8 +93,9 @@ impl Pipeline {
         if pixels.is_empty() {
             return Ok(Vec::new());
         }
-        let pooled = self.pool_images(pixels, &self.pooling)?;
-        self.finish(pooled, self.route_of(None)?)
+        let dense = self.outputs.dense("embed")?;
+        let pooled = self.pool_images(pixels, &dense.pooling)?;
+        self.finish(dense, pooled, self.route_of(None)?)
     }
 
     /// Raw logits [num_labels] per image of an image-classification model, in input order

@@ -1,28 +1,29 @@
 //! Loading a pipeline: the model folder's files and the options resolved into the stages
-//! (text input, backbone, pooling or classification head, projection heads, output).
+//! (text input, backbone, pooling or classification head, projection heads, output), in
+//! named steps: read the folder, decide the task, check the options, resolve the pooling,
+//! load the inputs and the weights, build the outputs, describe the pipeline.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use candle_core::Device;
-use tokenizers::{PostProcessor, TruncationParams};
 
-use super::text::{check_token_ids, prompt_length, Prompt, Text};
+use super::input::{check_input_options, Inputs, TextInput};
+use super::outputs::{self, DenseOutput, Gives, Outputs, TokenOutput};
 use super::routes::{Routes, Routing};
-use super::{known_prompts, Input, Pipeline, PipelineInfo, Share, Sharing, SparseStage, Stats};
+use super::{Input, Pipeline, PipelineInfo, Share, Sharing, SparseStage, Stats, Weights};
 use crate::classifier::{Classifier, HeadConfig};
 use crate::error::{Error, Result};
 use crate::heads::Dense;
 use crate::mlm::{MlmConfig, MlmHead};
-use crate::sparse::{QueryRoute, Selection, Splade, SPARSEVEC_MAX_NNZ};
 use crate::models::{BackboneConfig, Modality};
-use crate::options::{LongInput, Options};
+use crate::options::Options;
 use crate::pooling::PoolingMode;
 use crate::processor::ImageProcessor;
 use crate::prepared::{key, KeyOf, Outcome, Store};
+use crate::sparse::Selection;
 use crate::st::{Encoder, Layout};
-use crate::tokenizer::{load_tokenizer, passes_type_ids, tokenizer_max_length};
 
 impl Pipeline {
     /// Loads a model directory (sentence-transformers or plain Hugging Face layout).
@@ -41,19 +42,64 @@ impl Pipeline {
     /// prepared file (written first when there is none) instead of private memory.
     pub fn load_shared(root: &Path, dir: &Path, options: &Options, share: Option<&Share>) -> Result<Self> {
         crate::threads::fix_mmap_threshold();
+        let folder = Folder::read(dir)?;
+        let task = Task::decide(options, &folder)?;
+        let selection = outputs::check_output_options(
+            options,
+            (folder.sparse, folder.m3, folder.colbert, task.classify),
+        )?;
+        check_input_options(options, folder.config.modality())?;
+        let pooling = Pooling::resolve(options, &folder, task.classify)?;
+        let (inputs, weights, sharing) = load_parts(root, dir, options, share, &folder, task.classify, &pooling.modes)?;
+        let Inputs { text, images, query } = inputs;
+        let built = build_outputs(options, &folder, task, selection, &pooling, (text.as_ref(), query), &weights, dir)?;
+        let info = describe(options, &folder, task, &pooling, &built, (text.as_ref(), images.as_ref()), &weights, dir);
+        Ok(Pipeline {
+            input: Input { text: text.map(|(t, _, _)| t), images },
+            outputs: built.outputs,
+            is_static: folder.is_static,
+            long_input: options.long_input.unwrap_or_default(),
+            stats: Stats::default(),
+            hidden_size: folder.config.hidden_size(),
+            weights,
+            info,
+            sharing,
+        })
+    }
+}
+
+/// A model folder read: its layout, its configs, and what kind of model they make.
+struct Folder {
+    layout: Layout,
+    config: BackboneConfig,
+    config_path: PathBuf,
+    head_config: HeadConfig,
+    /// A sparse encoder's: what its MLM head reads.
+    mlm_config: Option<MlmConfig>,
+    /// A sparse encoder (SPLADE).
+    sparse: bool,
+    /// A static embedding model: no transformer, and no compute threads.
+    is_static: bool,
+    /// bge-m3: its token heads beside the backbone, as FlagEmbedding saves them.
+    m3: bool,
+    /// A ColBERT model as PyLate saves it.
+    colbert: bool,
+}
+
+impl Folder {
+    /// Reads the layout (modules.json and the modules' configs) and the backbone's configs
+    /// (a static model has no config.json: its table's shape is its config).
+    fn read(dir: &Path) -> Result<Self> {
         let layout = Layout::read(dir)?;
         let bdir = layout.backbone_dir.as_path();
         let sparse = layout.sparse.is_some();
         let is_static = matches!(layout.encoder, Encoder::Static | Encoder::Model2Vec);
-        // bge-m3: its token heads beside the backbone, as FlagEmbedding saves them.
         let m3 = layout.colbert.is_none()
             && !sparse
             && !is_static
             && bdir.join("colbert_linear.pt").exists()
             && bdir.join("sparse_linear.pt").exists();
         let colbert = layout.colbert.is_some();
-
-        // A static model has no config.json: its table's shape is its config.
         let (config, config_path, head_config, mlm_config) = if is_static {
             let architecture = if layout.encoder == Encoder::Model2Vec { "model2vec" } else { "static_embedding" };
             let config = BackboneConfig::static_embedding(bdir, architecture)?;
@@ -71,6 +117,28 @@ impl Pipeline {
             };
             (config, config_path, head_config, mlm_config)
         };
+        Ok(Folder { layout, config, config_path, head_config, mlm_config, sparse, is_static, m3, colbert })
+    }
+
+    fn bdir(&self) -> &Path {
+        &self.layout.backbone_dir
+    }
+}
+
+/// What the model is loaded for.
+#[derive(Clone, Copy)]
+struct Task {
+    /// A classifier: the classification head, not the embedding outputs.
+    classify: bool,
+    /// What the model gives by default (what the write paths store): model_info's task.
+    name: &'static str,
+}
+
+impl Task {
+    /// `options.task` checked against what the folder holds; without one, a checkpoint
+    /// that names a *ForSequenceClassification architecture is a classifier.
+    fn decide(options: &Options, folder: &Folder) -> Result<Self> {
+        let Folder { colbert, m3, sparse, is_static, .. } = *folder;
         let classify = match options.task.as_deref() {
             Some("embed") if colbert => {
                 return Err(Error::InvalidOptions(
@@ -95,62 +163,39 @@ impl Pipeline {
                 )))
             }
             Some("classify") => true,
-            None => !sparse && head_config.classification_architecture().is_some(),
+            None => !sparse && folder.head_config.classification_architecture().is_some(),
             Some(other) => {
                 return Err(Error::InvalidOptions(format!(
                     "unknown task \"{other}\"; expected embed, classify, sparse or multi"
                 )))
             }
         };
-        let selection = check_sparse_options(options, sparse, m3)?;
-        if colbert {
-            let pooled_only = [
-                ("pooling", options.pooling.is_some()),
-                ("normalize", options.normalize.is_some()),
-                ("dimensions", options.dimensions.is_some()),
-                ("heads", options.heads.is_some()),
-                ("long_input", options.long_input.is_some()),
-                ("max_length", options.max_length.is_some()),
-            ];
-            if let Some((key, _)) = pooled_only.iter().find(|(_, set)| *set) {
-                return Err(Error::InvalidOptions(format!(
-                    "option \"{key}\" does not apply to a ColBERT model: its lengths and token heads come from config_sentence_transformers.json and its Dense modules"
-                )));
-            }
-        }
-        if classify {
-            let embedding_only = [
-                ("pooling", options.pooling.is_some()),
-                ("normalize", options.normalize.is_some()),
-                ("dimensions", options.dimensions.is_some()),
-                ("heads", options.heads.is_some()),
-                ("prompt", options.prompt.is_some()),
-                ("prompts", options.prompts.is_some()),
-                ("include_prompt", options.include_prompt.is_some()),
-                ("long_input: mean_of_chunks", options.long_input == Some(LongInput::MeanOfChunks)),
-            ];
-            if let Some((key, _)) = embedding_only.iter().find(|(_, set)| *set) {
-                return Err(Error::InvalidOptions(format!(
-                    "option \"{key}\" applies to embedding models; this one is a classifier (add \"task\": \"embed\" to embed with its backbone)"
-                )));
-            }
-        }
+        let name = match options.task.as_deref() {
+            _ if classify => "classify",
+            _ if sparse => "sparse",
+            _ if colbert => "multi",
+            Some("multi") => "multi",
+            Some("sparse") => "sparse",
+            _ => "embed",
+        };
+        Ok(Task { classify, name })
+    }
+}
 
-        let modality = config.modality();
-        if !modality.takes_text() {
-            let text_only = [
-                ("max_length", options.max_length.is_some()),
-                ("prompt", options.prompt.is_some()),
-                ("prompts", options.prompts.is_some()),
-                ("include_prompt", options.include_prompt.is_some()),
-                ("long_input", options.long_input.is_some()),
-            ];
-            if let Some((key, _)) = text_only.iter().find(|(_, set)| *set) {
-                return Err(Error::InvalidOptions(format!(
-                    "option \"{key}\" applies to text models; this one takes images"
-                )));
-            }
-        }
+/// The pooling of the dense output (every model's, as model_info shows it), and whether
+/// the output is normalised.
+struct Pooling {
+    modes: Vec<PoolingMode>,
+    /// Where the pooling came from: a file, "options", or the default.
+    from: String,
+    normalize: bool,
+}
+
+impl Pooling {
+    /// The Pooling module's width checked against the backbone's, the pooling of the
+    /// options, the Pooling module or the model's default, and normalize.
+    fn resolve(options: &Options, folder: &Folder, classify: bool) -> Result<Self> {
+        let (layout, config) = (&folder.layout, &folder.config);
         if let Some(module) = &layout.pooling {
             if let Some(dim) = module.dimension.filter(|d| *d != config.hidden_size()) {
                 return Err(Error::invalid_file(
@@ -162,15 +207,15 @@ impl Pipeline {
                 ));
             }
         }
-        let (pooling, pooling_from) = match (&options.pooling, &layout.pooling) {
+        let (modes, from) = match (&options.pooling, &layout.pooling) {
             // A classifier's head does its own pooling.
             _ if classify => (Vec::new(), "none (the classification head pools)".to_string()),
             // SpladePooling pools the MLM head's logits (see `sparse` in model_info).
-            _ if sparse => {
+            _ if folder.sparse => {
                 let splade = layout.sparse.as_ref().map(|s| s.pooling_path.display().to_string());
                 (Vec::new(), format!("SpladePooling ({})", splade.unwrap_or_default()))
             }
-            (None, None) if is_static => {
+            (None, None) if folder.is_static => {
                 (vec![PoolingMode::Mean], "the static model's mean of its token embeddings".into())
             }
             (Some(spec), _) => (parse_pooling(&spec.to_vec())?, "options".to_string()),
@@ -180,278 +225,185 @@ impl Pipeline {
             }
         };
         let normalize = options.normalize.unwrap_or(layout.normalize) && !classify;
-
-        if modality == Modality::Both && pooling != [PoolingMode::Pooler] {
+        if config.modality() == Modality::Both && modes != [PoolingMode::Pooler] {
             return Err(Error::InvalidOptions(format!(
                 "a model of text and images embeds both through its projections: pooling must be \"pooler\", not {}",
-                serde_json::to_string(&pooling).unwrap_or_default()
+                serde_json::to_string(&modes).unwrap_or_default()
             )));
         }
-
-        let build = || {
-            let parts = Parts { config: &config, head_config: &head_config, mlm_config: mlm_config.as_ref(), m3 };
-            build_weights(root, dir, bdir, options, &parts, &config_path, classify, &pooling, &layout)
-        };
-        // The input stages (the tokenizer's JSON: most of a load from the shared file) load
-        // on a thread of their own while this one maps or builds the weights (and may wait,
-        // cancellably, for another process building them). Their errors come first.
-        let (inputs, weights) = std::thread::scope(|scope| {
-            let inputs = scope.spawn(|| -> Result<_> {
-                let text =
-                    if modality.takes_text() { Some(load_text(bdir, &config, &layout, options)?) } else { None };
-                let query = match layout.sparse.as_ref().and_then(|s| s.query.as_ref()) {
-                    Some((name, folder)) => Some(QueryRoute::load(name, folder, config.vocab_size())?),
-                    None => None,
-                };
-                let images = if modality.takes_images() { Some(load_image_processor(bdir)?) } else { None };
-                Ok((text, images, query))
-            });
-            let weights = match share {
-                None => build().map(|w| (Arc::new(w), Sharing::default())),
-                Some(share) => shared_weights(share, root, dir, options, &config, build),
-            };
-            (inputs.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)), weights)
-        });
-        let (text, images, query) = inputs?;
-        let (weights, sharing) = weights?;
-        let Weights { backbone, classifier, heads, parameters, mlm, routes, late: late_heads } = &*weights;
-        let parameters = *parameters;
-        let sparse = match (&layout.sparse, mlm) {
-            (Some(layout), Some(mlm)) => Some(SparseStage {
-                splade: Splade::from_config(&layout.pooling, &layout.pooling_path)?,
-                vocab: mlm.vocab_size(),
-                selection,
-                query,
-                document_route: layout.document_route.clone(),
-                default_route: layout.default_route.clone(),
-            }),
-            (Some(_), None) => return Err(Error::invalid_file(bdir, "the sparse model's MLM head is missing from its weights")),
-            _ => None,
-        };
-        let late = match (&text, late_heads) {
-            (Some((t, _, _)), Some(_)) => Some(super::multi::Late::load(
-                layout.colbert.as_ref().map(|(_, settings)| settings),
-                &t.tokenizer,
-                backbone.as_ref(),
-                (bdir, dir),
-                &config,
-                selection,
-            )?),
-            _ => None,
-        };
-        // What the model gives by default (what the write paths store).
-        let task = match (classifier, &sparse) {
-            (Some(_), _) => "classify",
-            (None, Some(_)) => "sparse",
-            (None, None) if colbert => "multi",
-            (None, None) => match options.task.as_deref() {
-                Some("multi") => "multi",
-                Some("sparse") => "sparse",
-                _ => "embed",
-            },
-        };
-        // The heads' sizes were checked in order when the weights were built.
-        let dim = match (&sparse, late_heads.as_ref().and_then(|h| h.dim())) {
-            (Some(s), _) => s.vocab,
-            (None, Some(d)) if task == "multi" => d,
-            (None, _) if task == "sparse" => config.vocab_size(),
-            (None, _) => weights.output_dim().unwrap_or_else(|| pooled_dim(&pooling, backbone.as_ref(), &config)),
-        };
-        let routing = match (&layout.router, routes) {
-            (Some(router), Some(routes)) => Some(Routing::new(router, routes, options)),
-            _ => None,
-        };
-        let classifier = classifier.as_ref();
-        let dimensions = match options.dimensions {
-            Some(0) => return Err(Error::InvalidOptions("dimensions must be at least 1".into())),
-            Some(n) if n > dim => {
-                return Err(Error::InvalidOptions(format!(
-                    "dimensions {n} exceeds the model's output dimension {dim}"
-                )))
-            }
-            other => other,
-        };
-        let normalize_after_truncation = dimensions.is_some() && options.normalize == Some(true);
-
-        let (max_length, lowercase, prompt_texts, default_prompt, include_prompt) = match &text {
-            Some((t, max_length, texts)) => {
-                (*max_length, t.lowercase, texts.clone(), t.default_prompt.clone(), t.include_prompt)
-            }
-            None => (0, false, BTreeMap::new(), None, true),
-        };
-        let info = PipelineInfo {
-            task,
-            multi: late.as_ref().zip(late_heads.as_ref()).map(|(l, h)| l.describe(h)),
-            sparse: sparse.as_ref().map(|s| s.describe(mlm.as_ref())),
-            classifier: classifier.map(Classifier::describe),
-            labels: classifier.map(|c| c.labels.clone()),
-            problem_type: classifier.map(|c| c.problem),
-            architecture: config.architecture(),
-            modality,
-            preprocessing: images.as_ref().map(ImageProcessor::describe),
-            backbone: config.summary(),
-            zero_shot: weights.backbone.sigmoid_logits().map(|(scale, bias)| {
-                serde_json::json!({"logit_scale": scale, "logit_bias": bias})
-            }),
-            parameters,
-            precision: options.precision.unwrap_or_default(),
-            pooling: pooling.clone(),
-            pooling_from,
-            heads: heads.iter().map(Dense::describe).collect(),
-            router: routing.as_ref().zip(routes.as_ref()).map(|(routing, routes)| routing.describe(routes)),
-            normalize,
-            dimensions,
-            normalize_after_truncation,
-            dim: classifier.map_or(dimensions.unwrap_or(dim), |c| c.labels.len()),
-            max_length,
-            lowercase,
-            prompts: prompt_texts,
-            default_prompt,
-            include_prompt,
-            long_input: options.long_input.unwrap_or_default(),
-            directory: dir.to_path_buf(),
-        };
-        let input = Input { text: text.map(|(t, _, _)| t), images };
-        Ok(Pipeline {
-            input,
-            sparse,
-            late,
-            is_static,
-            long_input: options.long_input.unwrap_or_default(),
-            stats: Stats::default(),
-            hidden_size: config.hidden_size(),
-            weights,
-            routing,
-            pooling,
-            normalize,
-            dimensions,
-            normalize_after_truncation,
-            info,
-            sharing,
-        })
+        Ok(Pooling { modes, from, normalize })
     }
 }
 
-/// The parts of a pipeline that hold weights: what a prepared file shares between processes.
-#[derive(serde::Serialize)]
-pub(crate) struct Weights {
-    pub backbone: Box<dyn crate::models::Model>,
-    pub classifier: Option<Classifier>,
-    pub heads: Vec<Dense>,
-    /// Parameters of the backbone's checkpoint and the heads.
-    pub parameters: usize,
-    /// A sparse encoder's masked-language-model head.
-    pub mlm: Option<MlmHead>,
-    /// An asymmetric model's Router: each route's heads, run among `heads`.
-    pub routes: Option<Routes>,
-    /// Late interaction: the token heads (ColBERT's Dense modules, bge-m3's .pt heads).
-    pub late: Option<super::multi::LateHeads>,
-}
-
-impl Weights {
-    /// The width the heads give (None: no heads, the pooling's width).
-    pub(crate) fn output_dim(&self) -> Option<usize> {
-        match &self.routes {
-            Some(r) => Some(self.heads.get(r.at..).and_then(<[Dense]>::last).map_or(r.dim, |h| h.out_features)),
-            None => self.heads.last().map(|h| h.out_features),
-        }
-    }
-}
-
-/// The parsed configs the weights are built from.
-struct Parts<'a> {
-    config: &'a BackboneConfig,
-    head_config: &'a HeadConfig,
-    /// A sparse encoder's: what its MLM head reads.
-    mlm_config: Option<&'a MlmConfig>,
-    /// Whether the folder is bge-m3's (its .pt heads).
-    m3: bool,
-}
-
-/// `max_terms` and `min_weight` checked (sparse models only), and the options a sparse
-/// model has no use for refused.
-fn check_sparse_options(options: &Options, sparse: bool, m3: bool) -> Result<Selection> {
-    if m3 {
-        // bge-m3: the selection applies to its lexical weights; the other options to its dense output.
-        return check_selection(options);
-    }
-    if !sparse {
-        if let Some(key) = [("max_terms", options.max_terms.is_some()), ("min_weight", options.min_weight.is_some())]
-            .iter()
-            .find_map(|(k, set)| set.then_some(*k))
-        {
-            return Err(Error::InvalidOptions(format!(
-                "option \"{key}\" applies to sparse models (SPLADE); this one gives dense vectors"
-            )));
-        }
-        return Ok(Selection::default());
-    }
-    let dense_only = [
-        ("pooling", options.pooling.is_some()),
-        ("normalize", options.normalize.is_some()),
-        ("dimensions", options.dimensions.is_some()),
-        ("heads", options.heads.is_some()),
-        ("include_prompt", options.include_prompt.is_some()),
-        ("precision", options.precision.is_some_and(|p| p != crate::options::Precision::Float32)),
-        ("long_input: mean_of_chunks", options.long_input == Some(LongInput::MeanOfChunks)),
-    ];
-    if let Some((key, _)) = dense_only.iter().find(|(_, set)| *set) {
-        return Err(Error::InvalidOptions(format!(
-            "option \"{key}\" applies to dense embedding models; this one is sparse (SPLADE)"
-        )));
-    }
-    check_selection(options)
-}
-
-/// `max_terms` and `min_weight` checked.
-fn check_selection(options: &Options) -> Result<Selection> {
-    if let Some(k) = options.max_terms.filter(|k| !(1..=SPARSEVEC_MAX_NNZ).contains(k)) {
-        return Err(Error::InvalidOptions(format!(
-            "max_terms {k} is out of range: 1 to {SPARSEVEC_MAX_NNZ} (pgvector's limit for a sparsevec; its HNSW index takes at most 1000)"
-        )));
-    }
-    if let Some(w) = options.min_weight.filter(|w| !(w.is_finite() && *w >= 0.0)) {
-        return Err(Error::InvalidOptions(format!("min_weight {w} is out of range: a finite number, at least 0")));
-    }
-    Ok(Selection { max_terms: options.max_terms, min_weight: options.min_weight })
-}
-
-/// Reads the weights from the model's files: the backbone, the classification head or the
-/// projection heads, each checked against the stage before it.
-#[allow(clippy::too_many_arguments)]
-fn build_weights(
+/// The input stages and the weights (mapped from the shared file, or built). The input
+/// stages (the tokenizer's JSON: most of a load from the shared file) load on a thread of
+/// their own while this one maps or builds the weights (and may wait, cancellably, for
+/// another process building them). Their errors come first.
+fn load_parts(
     root: &Path,
     dir: &Path,
-    bdir: &Path,
     options: &Options,
-    parts: &Parts,
-    config_path: &Path,
+    share: Option<&Share>,
+    folder: &Folder,
     classify: bool,
     pooling: &[PoolingMode],
-    layout: &Layout,
+) -> Result<(Inputs, Arc<Weights>, Sharing)> {
+    let build = || build_weights((root, dir), options, folder, classify, pooling);
+    let (inputs, weights) = std::thread::scope(|scope| {
+        let inputs = scope.spawn(|| Inputs::load(folder.bdir(), &folder.config, &folder.layout, options));
+        let weights = match share {
+            None => build().map(|w| (Arc::new(w), Sharing::default())),
+            Some(share) => shared_weights(share, root, dir, options, &folder.config, build),
+        };
+        (inputs.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)), weights)
+    });
+    let inputs = inputs?;
+    let (weights, sharing) = weights?;
+    Ok((inputs, weights, sharing))
+}
+
+/// The outputs built, with what model_info shows of them.
+struct Built {
+    outputs: Outputs,
+    /// The dense output's settings (every model's, as model_info shows them).
+    dense: DenseOutput,
+    /// The width of the main output before `dimensions`.
+    dim: usize,
+}
+
+/// Each output the folder holds built by its builder (a sparse encoder's, the token
+/// outputs), then the dense output's truncation checked against the main output's width,
+/// and the outputs the model gives assembled (see [`Gives::of`]), with its routing.
+#[allow(clippy::too_many_arguments)]
+fn build_outputs(
+    options: &Options,
+    folder: &Folder,
+    task: Task,
+    selection: Selection,
+    pooling: &Pooling,
+    (text, query): (Option<&TextInput>, Option<crate::sparse::QueryRoute>),
+    weights: &Weights,
+    dir: &Path,
+) -> Result<Built> {
+    let (layout, config, bdir) = (&folder.layout, &folder.config, folder.bdir());
+    let sparse = match &layout.sparse {
+        Some(layout) => Some(SparseStage::load(layout, weights.mlm.as_ref(), selection, query, bdir)?),
+        None => None,
+    };
+    let tokens = match (text, &weights.late) {
+        (Some((t, _, _)), Some(_)) => Some(TokenOutput::load(
+            layout.colbert.as_ref().map(|(_, settings)| settings),
+            &t.tokenizer,
+            weights.backbone.as_ref(),
+            (bdir, dir),
+            config,
+            selection,
+        )?),
+        _ => None,
+    };
+    // The heads' sizes were checked in order when the weights were built.
+    let dim = match (&sparse, weights.late.as_ref().and_then(|h| h.dim())) {
+        (Some(s), _) => s.vocab,
+        (None, Some(d)) if task.name == "multi" => d,
+        (None, _) if task.name == "sparse" => config.vocab_size(),
+        (None, _) => weights.output_dim().unwrap_or_else(|| pooled_dim(&pooling.modes, weights.backbone.as_ref(), config)),
+    };
+    let dimensions = match options.dimensions {
+        Some(0) => return Err(Error::InvalidOptions("dimensions must be at least 1".into())),
+        Some(n) if n > dim => {
+            return Err(Error::InvalidOptions(format!("dimensions {n} exceeds the model's output dimension {dim}")))
+        }
+        other => other,
+    };
+    let dense = DenseOutput {
+        pooling: pooling.modes.clone(),
+        normalize: pooling.normalize,
+        dimensions,
+        normalize_after_truncation: dimensions.is_some() && options.normalize == Some(true),
+    };
+    let routing = match (&layout.router, &weights.routes) {
+        (Some(router), Some(routes)) => Some(Routing::new(router, routes, options)),
+        _ => None,
+    };
+    let gives = Gives::of(task.classify, sparse, tokens, &dense);
+    Ok(Built { outputs: Outputs { gives, routing }, dense, dim })
+}
+
+/// What `embed.model_info` shows of the pipeline.
+#[allow(clippy::too_many_arguments)]
+fn describe(
+    options: &Options,
+    folder: &Folder,
+    task: Task,
+    pooling: &Pooling,
+    built: &Built,
+    (text, images): (Option<&TextInput>, Option<&ImageProcessor>),
+    weights: &Weights,
+    dir: &Path,
+) -> PipelineInfo {
+    let Built { outputs, dense, dim } = built;
+    let classifier = weights.classifier.as_ref();
+    let (max_length, lowercase, prompt_texts, default_prompt, include_prompt) = match text {
+        Some((t, max_length, texts)) => {
+            (*max_length, t.lowercase, texts.clone(), t.default_prompt.clone(), t.include_prompt)
+        }
+        None => (0, false, BTreeMap::new(), None, true),
+    };
+    let sparse = match &outputs.gives {
+        Gives::Sparse(s) => Some(s.describe(weights.mlm.as_ref())),
+        _ => None,
+    };
+    PipelineInfo {
+        task: task.name,
+        multi: outputs.describe_multi(weights),
+        sparse,
+        classifier: classifier.map(Classifier::describe),
+        labels: classifier.map(|c| c.labels.clone()),
+        problem_type: classifier.map(|c| c.problem),
+        architecture: folder.config.architecture(),
+        modality: folder.config.modality(),
+        preprocessing: images.map(ImageProcessor::describe),
+        backbone: folder.config.summary(),
+        zero_shot: weights
+            .backbone
+            .sigmoid_logits()
+            .map(|(scale, bias)| serde_json::json!({"logit_scale": scale, "logit_bias": bias})),
+        parameters: weights.parameters,
+        precision: options.precision.unwrap_or_default(),
+        pooling: pooling.modes.clone(),
+        pooling_from: pooling.from.clone(),
+        heads: weights.heads.iter().map(Dense::describe).collect(),
+        router: outputs.routing.as_ref().zip(weights.routes.as_ref()).map(|(routing, routes)| routing.describe(routes)),
+        normalize: dense.normalize,
+        dimensions: dense.dimensions,
+        normalize_after_truncation: dense.normalize_after_truncation,
+        dim: classifier.map_or(dense.dimensions.unwrap_or(*dim), |c| c.labels.len()),
+        max_length,
+        lowercase,
+        prompts: prompt_texts,
+        default_prompt,
+        include_prompt,
+        long_input: options.long_input.unwrap_or_default(),
+        directory: dir.to_path_buf(),
+    }
+}
+
+/// Reads the weights from the model's files: the backbone, then each output's weights (a
+/// sparse encoder's MLM head, the classification head, the projection heads, the token
+/// heads), each checked against the stage before it.
+fn build_weights(
+    (root, dir): (&Path, &Path),
+    options: &Options,
+    folder: &Folder,
+    classify: bool,
+    pooling: &[PoolingMode],
 ) -> Result<Weights> {
-    let Parts { config, head_config, mlm_config, m3 } = *parts;
+    let (config, bdir) = (&folder.config, folder.bdir());
     let device = Device::Cpu;
     let (vb, parameters) = crate::weights::load_weights(bdir, &device)?;
-    let mlm = mlm_config.map(|c| MlmHead::load(&vb, c).map_err(|e| e.in_dir(bdir))).transpose()?;
+    let mlm = folder.mlm_config.as_ref().map(|c| MlmHead::load(&vb, c).map_err(|e| e.in_dir(bdir))).transpose()?;
     let classifier = if classify {
-        let Some(architecture) = head_config.classification_architecture() else {
-            return Err(Error::InvalidOptions(format!(
-                "task \"classify\" needs a *ForSequenceClassification checkpoint; {} names architectures {:?}",
-                config_path.display(),
-                head_config.architectures
-            )));
-        };
-        Some(
-            Classifier::load(
-                &vb,
-                architecture,
-                head_config,
-                config.architecture(),
-                config.hidden_size(),
-            )
-            .map_err(|e| e.in_dir(bdir))?,
-        )
+        Some(outputs::classifier_head(&vb, config, &folder.head_config, (&folder.config_path, bdir))?)
     } else {
         None
     };
@@ -470,40 +422,15 @@ fn build_weights(
             bdir.join("model.safetensors").display()
         )));
     }
-
-    let mut heads = Vec::with_capacity(layout.dense.len());
-    let mut routes = None;
-    let mut dim = pooled_dim(pooling, backbone.as_ref(), config);
     // A classifier ends in its head: sentence-transformers' Dense modules (and a Router of
-    // them) do not apply.
-    for i in (0..=layout.dense.len()).filter(|_| !classify) {
-        // An asymmetric model's Router, where it stands among the Dense modules.
-        if let Some(router) = layout.router.as_ref().filter(|r| r.after_dense == i) {
-            let loaded = Routes::load(router, dim, heads.len())?;
-            dim = loaded.dim;
-            routes = Some(loaded);
-        }
-        let Some(folder) = layout.dense.get(i) else { break };
-        let head = Dense::load(folder)?;
-        if head.in_features != dim {
-            return Err(Error::invalid_file(
-                folder.join("config.json"),
-                format!(
-                    "in_features {} does not match the previous stage's output dimension {dim}",
-                    head.in_features
-                ),
-            ));
-        }
-        dim = head.out_features;
-        heads.push(head);
-    }
-    for (index, spec) in options.heads.iter().flatten().enumerate() {
-        let file = crate::source::resolve_file(root, dir, &spec.path, "head file")?;
-        let head = Dense::from_spec(spec, &file, index, dim)?;
-        dim = head.out_features;
-        heads.push(head);
-    }
-    let late = super::multi::LateHeads::load(bdir, layout, m3, config.hidden_size())?;
+    // them) do not apply (and the options name no heads for it).
+    let (heads, routes) = if classify {
+        (Vec::new(), None)
+    } else {
+        let dim = pooled_dim(pooling, backbone.as_ref(), config);
+        outputs::dense_heads(&folder.layout, options, (root, dir), dim)?
+    };
+    let late = super::multi::LateHeads::load(bdir, &folder.layout, folder.m3, config.hidden_size())?;
     let parameters = parameters
         + heads.iter().map(Dense::parameters).sum::<usize>()
         + routes.as_ref().map_or(0, Routes::parameters)
@@ -643,162 +570,3 @@ fn parse_pooling(names: &[String]) -> Result<Vec<PoolingMode>> {
     Ok(modes)
 }
 
-/// The text input stage of a model directory: the tokenizer as sentence-transformers uses
-/// it, max_length, and the prompts (with the prompt texts as configured, for model_info).
-fn load_text(
-    bdir: &Path,
-    config: &BackboneConfig,
-    layout: &Layout,
-    options: &Options,
-) -> Result<(Text, usize, BTreeMap<String, String>)> {
-    // A SentencePiece model alone: SigLIP's SiglipTokenizer is rebuilt from it
-    // (`sentencepiece`); other slow tokenizers are refused by name.
-    let (mut tokenizer, largest_id) = if !bdir.join("tokenizer.json").exists() && bdir.join("spiece.model").exists() {
-        let tokenizer = crate::sentencepiece::siglip_tokenizer(bdir)?.ok_or_else(|| Error::Unsupported {
-            what: "tokenizer",
-            value: "spiece.model without tokenizer.json".into(),
-            path: bdir.join("spiece.model"),
-            supported: "SiglipTokenizer, or a tokenizer.json (tokenizers' format, as fast tokenizers save it)",
-        })?;
-        (tokenizer, None)
-    } else {
-        load_tokenizer(&bdir.join("tokenizer.json"))?
-    };
-    let (pad_id, pad_file) = match tokenizer.get_padding() {
-        Some(p) => (p.pad_id, "tokenizer.json"),
-        None => (config.pad_token_id(), "config.json"),
-    };
-    let is_static = matches!(layout.encoder, Encoder::Static | Encoder::Model2Vec);
-    let max_positions = config.max_position_embeddings();
-    let max_length = match options.max_length {
-        Some(n) if n > max_positions => {
-            return Err(Error::InvalidOptions(format!(
-                "max_length {n} exceeds the model's max_position_embeddings {max_positions}"
-            )))
-        }
-        Some(n) => Some(n),
-        // A static model: model2vec truncates at its config's max_length; sentence-transformers'
-        // StaticEmbedding keeps the tokenizer's own truncation, if any.
-        None if is_static => match &layout.model2vec {
-            Some(m) => m.max_length,
-            None => tokenizer.get_truncation().map(|t| t.max_length),
-        },
-        // sentence-transformers: sentence_bert_config.json's max_seq_length, else the
-        // tokenizer's model_max_length (where 6.x saves it), capped by the positions.
-        None => Some(
-            layout
-                .transformer
-                .max_seq_length
-                .or(tokenizer_max_length(&bdir.join("tokenizer_config.json"))?)
-                .unwrap_or(max_positions)
-                .min(max_positions),
-        ),
-    };
-    if is_static {
-        // Static models tokenize without special tokens.
-        tokenizer.with_post_processor(None::<tokenizers::PostProcessorWrapper>);
-    }
-    let specials = tokenizer.get_post_processor().map(|p| p.added_tokens(false)).unwrap_or(0);
-    if max_length.is_some_and(|m| m <= specials) {
-        return Err(Error::InvalidOptions(format!(
-            "max_length {} leaves no room for text after {specials} special tokens",
-            max_length.unwrap_or_default()
-        )));
-    }
-    // A model2vec folder of the versions that leave the unknown token out before they keep
-    // max_length tokens: the tokenizer does not truncate, the ids are cut after the drop.
-    let keep_after_drop = match &layout.model2vec {
-        Some(m) if m.unknown_dropped_first => max_length,
-        _ => None,
-    };
-    // sentence-transformers ignores the padding and truncation stored in tokenizer.json:
-    // it pads per batch and truncates at max_seq_length.
-    tokenizer.with_padding(None);
-    tokenizer
-        .with_truncation(
-            max_length
-                .filter(|_| keep_after_drop.is_none())
-                .map(|max_length| TruncationParams { max_length, ..Default::default() }),
-        )
-        .map_err(|e| Error::invalid_file(bdir.join("tokenizer.json"), e))?;
-    // model2vec leaves the unknown token out of the mean.
-    let drop_id = if layout.encoder == Encoder::Model2Vec { unknown_token_id(&tokenizer) } else { None };
-    // model2vec cuts the text before it tokenizes: max_length times the median token length.
-    let char_cut = match (layout.encoder, max_length) {
-        (Encoder::Model2Vec, Some(m)) => Some(m.saturating_mul(super::text::median_token_length(&tokenizer))),
-        _ => None,
-    };
-    let max_length = max_length.unwrap_or(0);
-
-    // A pad id out of the vocabulary is a broken model (transformers would fail on
-    // every padded batch), though pg_embed's packed batches never pad.
-    if pad_id as usize >= config.vocab_size() {
-        return Err(Error::invalid_file(
-            bdir.join(pad_file),
-            format!("pad_token_id {pad_id} is not below vocab_size {}", config.vocab_size()),
-        ));
-    }
-    check_token_ids(&tokenizer, config.vocab_size(), largest_id, &bdir.join("tokenizer.json"))?;
-    // Prompts: the model's own, then the options' (which win); "" means no prompt.
-    let mut prompt_texts = layout.prompts.prompts.clone();
-    prompt_texts.extend(options.prompts.clone().unwrap_or_default());
-    let include_prompt =
-        options.include_prompt.or(layout.pooling.as_ref().map(|p| p.include_prompt)).unwrap_or(true);
-    let lowercase = layout.transformer.do_lower_case;
-    let mut prompts = BTreeMap::new();
-    for (name, text) in &prompt_texts {
-        let length = prompt_length(&tokenizer, lowercase, text)?;
-        prompts.insert(name.clone(), Prompt { text: text.clone(), length });
-    }
-    let default_prompt = match (&options.prompt, &layout.prompts.default_prompt_name) {
-        (Some(name), _) => Some(name.clone()),
-        (None, Some(name)) => Some(name.clone()),
-        (None, None) => None,
-    };
-    // options.prompt may name a route of an asymmetric model instead (its default route).
-    let is_route = |name: &str| layout.router.as_ref().is_some_and(|r| r.routes.iter().any(|(n, _)| n == name));
-    if let Some(name) = &default_prompt {
-        if !name.is_empty() && !prompts.contains_key(name) && !is_route(name) {
-            return Err(Error::UnknownPrompt { name: name.clone(), known: known_prompts(&prompt_texts) });
-        }
-    }
-
-    let type_ids = passes_type_ids(&bdir.join("tokenizer_config.json"))?;
-    let untruncated = std::sync::OnceLock::new();
-    let text = Text {
-        tokenizer,
-        untruncated,
-        lowercase,
-        prompts,
-        default_prompt,
-        include_prompt,
-        type_ids,
-        drop_id,
-        char_cut,
-        keep_after_drop,
-    };
-    Ok((text, max_length, prompt_texts))
-}
-
-/// The tokenizer model's unknown token, as model2vec finds it: `unk_token` (WordPiece, BPE,
-/// WordLevel) or `unk_id` (Unigram).
-fn unknown_token_id(tokenizer: &tokenizers::Tokenizer) -> Option<u32> {
-    let model = serde_json::to_value(tokenizer.get_model()).ok()?;
-    match (model.get("unk_token").and_then(|t| t.as_str()), model.get("unk_id").and_then(|i| i.as_u64())) {
-        (Some(token), _) => tokenizer.token_to_id(token),
-        (None, Some(id)) => u32::try_from(id).ok(),
-        (None, None) => None,
-    }
-}
-
-/// The image processor of a model directory: preprocessor_config.json as transformers saves
-/// it, else processor_config.json (where sentence-transformers 6 saves a CLIP model's
-/// processor, the image processor's settings under `image_processor`).
-fn load_image_processor(bdir: &Path) -> Result<ImageProcessor> {
-    let preprocessor = bdir.join("preprocessor_config.json");
-    let processor = bdir.join("processor_config.json");
-    match (preprocessor.exists(), processor.exists()) {
-        (false, true) => ImageProcessor::load(&processor),
-        _ => ImageProcessor::load(&preprocessor),
-    }
-}

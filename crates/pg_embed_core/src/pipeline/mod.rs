@@ -21,8 +21,10 @@ use crate::stages::{time, Stage};
 
 mod batch;
 mod images;
+mod input;
 mod load;
 mod multi;
+mod outputs;
 mod routes;
 mod sparse;
 #[cfg(test)]
@@ -33,6 +35,7 @@ pub use batch::length_batches;
 pub use load::prepared_key;
 pub use multi::AllOutputs;
 use batch::{in_batches, Packed, CALLING_THREAD};
+use outputs::{DenseOutput, Outputs};
 use sparse::SparseStage;
 use text::{encode, encode_typed, Encoded, Prompt, Text};
 
@@ -159,26 +162,45 @@ impl Sharing {
     }
 }
 
+/// The parts of a pipeline that hold weights: what a prepared file shares between processes.
+#[derive(serde::Serialize)]
+pub(crate) struct Weights {
+    pub backbone: Box<dyn crate::models::Model>,
+    pub classifier: Option<Classifier>,
+    pub heads: Vec<crate::heads::Dense>,
+    /// Parameters of the backbone's checkpoint and the heads.
+    pub parameters: usize,
+    /// A sparse encoder's masked-language-model head.
+    pub mlm: Option<crate::mlm::MlmHead>,
+    /// An asymmetric model's Router: each route's heads, run among `heads`.
+    pub routes: Option<routes::Routes>,
+    /// Late interaction: the token heads (ColBERT's Dense modules, bge-m3's .pt heads).
+    pub late: Option<multi::LateHeads>,
+}
+
+impl Weights {
+    /// The width the heads give (None: no heads, the pooling's width).
+    pub(crate) fn output_dim(&self) -> Option<usize> {
+        match &self.routes {
+            Some(r) => Some(self.heads.get(r.at..).and_then(<[crate::heads::Dense]>::last).map_or(r.dim, |h| h.out_features)),
+            None => self.heads.last().map(|h| h.out_features),
+        }
+    }
+}
+
 pub struct Pipeline {
     input: Input,
-    /// The sparse output stage (task "sparse").
-    sparse: Option<SparseStage>,
-    /// The late-interaction stage (ColBERT, bge-m3): token vectors, bge-m3's lexical weights.
-    late: Option<multi::Late>,
+    /// What the model gives: its outputs and how a call picks a route among them.
+    outputs: Outputs,
     /// A static embedding model: no transformer, and no compute threads.
     is_static: bool,
     long_input: LongInput,
     stats: Stats,
     hidden_size: usize,
-    /// The backbone, the classification head (task "classify") or the projection heads:
-    /// mapped from the shared file, or built here (and shared with the thread writing it).
-    weights: std::sync::Arc<load::Weights>,
-    /// How a call picks a route of the Router of heads (an asymmetric model).
-    routing: Option<routes::Routing>,
-    pooling: Vec<PoolingMode>,
-    normalize: bool,
-    dimensions: Option<usize>,
-    normalize_after_truncation: bool,
+    /// The backbone and the weights of the outputs (the classification head, the projection
+    /// heads, the MLM head, the token heads): mapped from the shared file, or built here (and
+    /// shared with the thread writing it).
+    weights: std::sync::Arc<Weights>,
     info: PipelineInfo,
     sharing: Sharing,
 }
@@ -355,9 +377,9 @@ impl Pipeline {
     /// For an asymmetric model, `prompt_name` also picks the route (see `routes`).
     pub fn embed_with_prompt(&self, texts: &[&str], prompt_name: Option<&str>) -> Result<Vec<Vec<f32>>> {
         let route = self.route_of(prompt_name)?;
-        let prepared = self.prepare(texts, prompt_name, 1)?;
-        let vectors = self.embed_encoded(&prepared.rows.iter().collect::<Vec<_>>(), route)?;
-        Ok(self.combine(vectors, &prepared.spans))
+        let (dense, prepared) = self.prepare(texts, prompt_name, 1)?;
+        let vectors = self.embed_encoded(dense, &prepared.rows.iter().collect::<Vec<_>>(), route)?;
+        Ok(dense.combine(vectors, &prepared.spans))
     }
 
     /// Embeds many inputs (default prompt) in batches of at most `max_batch_tokens` padded
@@ -372,33 +394,23 @@ impl Pipeline {
         mut before_batch: impl FnMut() -> Result<()>,
     ) -> Result<Vec<Vec<f32>>> {
         let route = self.route_of(None)?;
-        let prepared = self.prepare(texts, None, threads)?;
+        let (dense, prepared) = self.prepare(texts, None, threads)?;
         let encoded = &prepared.rows;
         let lengths: Vec<usize> = encoded.iter().map(|r| r.ids.len()).collect();
         let threads = self.compute_threads(threads);
         let out = in_batches(&lengths, max_batch_tokens, threads, &mut before_batch, |batch| {
             let rows: Vec<&Encoded> = batch.iter().map(|&i| &encoded[i]).collect();
-            self.embed_encoded(&rows, route)
+            self.embed_encoded(dense, &rows, route)
         })?;
-        Ok(self.combine(out, &prepared.spans))
+        Ok(dense.combine(out, &prepared.spans))
     }
 
-    /// Token ids and the pooling skip of each input with the named prompt (see
-    /// `embed_with_prompt`), an input longer than max_length handled as `long_input` says.
-    fn prepare(&self, texts: &[&str], prompt_name: Option<&str>, threads: usize) -> Result<Prepared> {
-        self.dense_output("embed")?;
-        self.prepare_prompted(texts, self.prompt(prompt_name)?, threads)
-    }
-
-    /// An error unless this model gives dense vectors (what `call` returns).
-    fn dense_output(&self, call: &'static str) -> Result<()> {
-        if self.weights.classifier.is_some() {
-            return Err(Error::WrongTask { task: "classify", call });
-        }
-        if self.sparse.is_some() || self.is_colbert() {
-            return Err(Error::WrongOutput { gives: self.gives(), call, instead: self.instead() });
-        }
-        Ok(())
+    /// The dense output, and the token ids and the pooling skip of each input with the
+    /// named prompt (see `embed_with_prompt`), an input longer than max_length handled as
+    /// `long_input` says.
+    fn prepare(&self, texts: &[&str], prompt_name: Option<&str>, threads: usize) -> Result<(&DenseOutput, Prepared)> {
+        let dense = self.outputs.dense("embed")?;
+        Ok((dense, self.prepare_prompted(texts, self.prompt(prompt_name)?, threads)?))
     }
 
     /// Whether this is a static embedding model: its calls run on the calling thread, as
@@ -471,56 +483,20 @@ impl Pipeline {
         Ok(prepared)
     }
 
-    /// One vector per input from one per row: an input spanning several rows (its chunks)
-    /// gets their mean, L2-normalised again when the pipeline's output is normalised.
-    fn combine(&self, vectors: Vec<Vec<f32>>, spans: &[usize]) -> Vec<Vec<f32>> {
-        if spans.iter().all(|&n| n == 1) {
-            return vectors;
-        }
-        let unit = self.normalize && (self.dimensions.is_none() || self.normalize_after_truncation);
-        let mut rows = vectors.into_iter();
-        spans
-            .iter()
-            .map(|&n| {
-                let mut parts = rows.by_ref().take(n);
-                let mut mean = parts.next().unwrap_or_default();
-                for v in parts {
-                    mean.iter_mut().zip(&v).for_each(|(m, x)| *m += x);
-                }
-                mean.iter_mut().for_each(|m| *m /= n as f32);
-                if unit {
-                    pooling::l2_normalize(std::slice::from_mut(&mut mean));
-                }
-                mean
-            })
-            .collect()
-    }
-
     /// One batch of encoded inputs through backbone, pooling, heads (of `route`, for an
     /// asymmetric model), normalize.
-    fn embed_encoded(&self, rows: &[&Encoded], route: Option<&routes::Route>) -> Result<Vec<Vec<f32>>> {
+    fn embed_encoded(&self, dense: &DenseOutput, rows: &[&Encoded], route: Option<&routes::Route>) -> Result<Vec<Vec<f32>>> {
         if rows.is_empty() {
             return Ok(Vec::new());
         }
-        let pooled = self.forward_pooled(rows, &self.pooling)?;
-        self.finish(pooled, route)
+        let pooled = self.forward_pooled(rows, &dense.pooling)?;
+        self.finish(dense, pooled, route)
     }
 
     /// Pooled rows through the projection heads (those of `route`, for an asymmetric
     /// model), normalize and truncation.
-    fn finish(&self, pooled: Vec<Vec<f32>>, route: Option<&routes::Route>) -> Result<Vec<Vec<f32>>> {
-        let mut out = self.apply_heads(pooled, route)?;
-        if self.normalize {
-            pooling::l2_normalize(&mut out);
-        }
-        // sentence-transformers' truncate_dim: a plain slice after the last module.
-        if let Some(k) = self.dimensions {
-            out.iter_mut().for_each(|row| row.truncate(k));
-            if self.normalize_after_truncation {
-                pooling::l2_normalize(&mut out);
-            }
-        }
-        Ok(out)
+    fn finish(&self, dense: &DenseOutput, pooled: Vec<Vec<f32>>, route: Option<&routes::Route>) -> Result<Vec<Vec<f32>>> {
+        Ok(dense.finish(self.apply_heads(pooled, route)?))
     }
 
     /// One forward pass of the backbone over encoded `rows`, packed, pooled with `modes`:
@@ -597,7 +573,7 @@ impl Pipeline {
 
     /// The classifier, for `classify`, `classify_labels` and `rerank`.
     pub fn classifier(&self) -> Result<&Classifier> {
-        self.weights.classifier.as_ref().ok_or(Error::WrongTask { task: "embed", call: "classify" })
+        self.outputs.classifier(&self.weights)
     }
 
     /// Token ids and token type ids of an input or a sentence pair, as transformers'

@@ -70,32 +70,27 @@ impl LateHeads {
     }
 }
 
-/// How a model gives token vectors.
-pub(crate) enum Late {
-    /// PyLate's ColBERT: the tokenizer of each side cut at its length.
-    Colbert { settings: Colbert, query: Tokenizer, document: Tokenizer },
-    /// bge-m3: the model's tokenizer; every token but the first; lexical weights over
-    /// `vocab` ids, leaving out the `unused` ones, then `max_terms` and `min_weight`.
-    M3 { unused: Vec<u32>, vocab: usize, selection: Selection },
+/// A ColBERT model's token-vector output (`embed_multi`): PyLate's settings and the
+/// tokenizer of each side cut at its length.
+pub(crate) struct ColbertTokens {
+    pub(crate) settings: Colbert,
+    query: Tokenizer,
+    document: Tokenizer,
 }
 
-impl Late {
-    /// The stage of a model with token heads: ColBERT's (`colbert`: its PyLate settings)
-    /// resolved against the tokenizer and checked against what the backbone computes, else
-    /// bge-m3's. `dirs`: the backbone's folder and the model's.
+impl ColbertTokens {
+    /// The builder of a ColBERT model's output: its PyLate settings (`colbert`) resolved
+    /// against the tokenizer (and its special tokens, `specials`) and checked against what
+    /// the backbone computes. `dirs`: the backbone's folder and the model's.
     pub(crate) fn load(
-        colbert: Option<&ColbertConfig>,
+        colbert: &ColbertConfig,
+        specials: &SpecialTokens,
         tokenizer: &Tokenizer,
         backbone: &dyn Model,
         (bdir, dir): (&Path, &Path),
         config: &BackboneConfig,
-        selection: Selection,
     ) -> Result<Self> {
-        let specials = SpecialTokens::read(&bdir.join("tokenizer_config.json"))?;
-        let Some(colbert) = colbert else {
-            return Ok(Late::M3 { unused: specials.unused_ids(tokenizer), vocab: config.vocab_size(), selection });
-        };
-        let settings = Colbert::resolve(colbert, tokenizer, &specials, &dir.join("config_sentence_transformers.json"))?;
+        let settings = Colbert::resolve(colbert, tokenizer, specials, &dir.join("config_sentence_transformers.json"))?;
         let hidden_expansion = settings.query_expansion && !settings.attend_to_expansion_tokens;
         if hidden_expansion && !backbone.hides_keys() {
             return Err(Error::Unsupported {
@@ -123,11 +118,11 @@ impl Late {
                 });
             }
         }
-        Late::colbert(settings, tokenizer)
+        ColbertTokens::cut(settings, tokenizer)
     }
 
-    /// A ColBERT stage: `tokenizer` (padding off) cut at each side's length.
-    fn colbert(settings: Colbert, tokenizer: &Tokenizer) -> Result<Self> {
+    /// `tokenizer` (padding off) cut at each side's length.
+    fn cut(settings: Colbert, tokenizer: &Tokenizer) -> Result<Self> {
         let cut = |side| -> Result<Tokenizer> {
             let mut t = tokenizer.clone();
             let max_length = settings.tokenizer_length(side);
@@ -135,33 +130,63 @@ impl Late {
                 .map_err(|e| Error::Tokenize(e.to_string()))?;
             Ok(t)
         };
-        Ok(Late::Colbert { query: cut(Side::Query)?, document: cut(Side::Document)?, settings })
+        Ok(ColbertTokens { query: cut(Side::Query)?, document: cut(Side::Document)?, settings })
     }
 
+    /// What `embed.model_info` shows under "multi".
     pub(crate) fn describe(&self, heads: &LateHeads) -> serde_json::Value {
         let project: Vec<_> = heads.project.iter().map(Dense::describe).collect();
-        match self {
-            Late::Colbert { settings, .. } => serde_json::json!({
-                "kind": "colbert",
-                "dim": heads.dim(),
-                "project": project,
-                "normalize": true,
-                "settings": settings,
-            }),
-            Late::M3 { unused, vocab, selection } => serde_json::json!({
-                "kind": "bge-m3",
-                "dim": heads.dim(),
-                "project": project,
-                "normalize": true,
-                "first_token": "left out",
-                "sparse": heads.sparse.as_ref().map(Dense::describe),
-                "vocab_size": vocab,
-                "sparse_leaves_out": unused,
-                "max_terms": selection.max_terms,
-                "min_weight": selection.min_weight,
-            }),
-        }
+        serde_json::json!({
+            "kind": "colbert",
+            "dim": heads.dim(),
+            "project": project,
+            "normalize": true,
+            "settings": self.settings,
+        })
     }
+}
+
+/// bge-m3's lexical weights (its sparse output, `embed_sparse`): `sparse_linear` over the
+/// tokens of the model's tokenizer, over `vocab` ids, leaving out the `unused` ones, then
+/// `max_terms` and `min_weight`. Its token vectors are every token but the first.
+pub(crate) struct Lexical {
+    unused: Vec<u32>,
+    vocab: usize,
+    selection: Selection,
+}
+
+impl Lexical {
+    /// The builder of bge-m3's lexical weights: the ids they leave out (`specials` as the
+    /// tokenizer has them).
+    pub(crate) fn load(specials: &SpecialTokens, tokenizer: &Tokenizer, config: &BackboneConfig, selection: Selection) -> Self {
+        Lexical { unused: specials.unused_ids(tokenizer), vocab: config.vocab_size(), selection }
+    }
+
+    /// What `embed.model_info` shows under "multi": the token vectors and lexical weights.
+    pub(crate) fn describe(&self, heads: &LateHeads) -> serde_json::Value {
+        let project: Vec<_> = heads.project.iter().map(Dense::describe).collect();
+        serde_json::json!({
+            "kind": "bge-m3",
+            "dim": heads.dim(),
+            "project": project,
+            "normalize": true,
+            "first_token": "left out",
+            "sparse": heads.sparse.as_ref().map(Dense::describe),
+            "vocab_size": self.vocab,
+            "sparse_leaves_out": self.unused,
+            "max_terms": self.selection.max_terms,
+            "min_weight": self.selection.min_weight,
+        })
+    }
+}
+
+/// How a model gives token vectors (see `Outputs::tokens`).
+#[derive(Clone, Copy)]
+pub(super) enum Late<'a> {
+    /// PyLate's ColBERT: the tokenizer of each side.
+    Colbert(&'a ColbertTokens),
+    /// bge-m3: the model's tokenizer; every token but the first.
+    M3(&'a Lexical),
 }
 
 /// One input ready for the backbone, and what of it the output keeps.
@@ -181,41 +206,12 @@ pub struct AllOutputs {
 }
 
 impl Pipeline {
-    /// The late-interaction stage and its heads, or the error for `call` on this model.
-    fn late(&self, call: &'static str) -> Result<(&Late, &LateHeads)> {
-        match (&self.late, &self.weights.late) {
-            (Some(late), Some(heads)) => Ok((late, heads)),
-            _ => Err(Error::WrongOutput { gives: self.gives(), call, instead: self.instead() }),
-        }
-    }
-
-    /// Whether this is bge-m3 (lexical weights from `sparse_linear`).
-    pub(super) fn is_m3(&self) -> bool {
-        matches!(self.late, Some(Late::M3 { .. }))
-    }
-
-    /// Whether this is a ColBERT model (token vectors only).
-    pub(super) fn is_colbert(&self) -> bool {
-        matches!(self.late, Some(Late::Colbert { .. }))
-    }
-
-    /// What this model's main output is, for errors.
-    pub(super) fn gives(&self) -> &'static str {
-        match (&self.weights.classifier, &self.sparse, &self.late) {
-            (Some(_), _, _) => "classification logits",
-            (_, Some(_), _) => "sparse vectors",
-            (_, _, Some(Late::Colbert { .. })) => "token vectors (late interaction)",
-            _ => "dense vectors",
-        }
-    }
-
-    /// The call that gives this model's main output.
-    pub(super) fn instead(&self) -> &'static str {
-        match (&self.weights.classifier, &self.sparse, &self.late) {
-            (Some(_), _, _) => "classify",
-            (_, Some(_), _) => "embed_sparse",
-            (_, _, Some(Late::Colbert { .. })) => "embed_multi",
-            _ => "embed",
+    /// How the model gives token vectors and their heads, or the error for `call` on this
+    /// model.
+    fn late(&self, call: &'static str) -> Result<(Late<'_>, &LateHeads)> {
+        match (self.outputs.tokens(call), &self.weights.late) {
+            (Ok(late), Some(heads)) => Ok((late, heads)),
+            _ => Err(self.outputs.wrong_output(call)),
         }
     }
 
@@ -244,7 +240,7 @@ impl Pipeline {
     /// row. In input order.
     fn late_batched<T: Send>(
         &self,
-        late: &Late,
+        late: Late,
         side: Side,
         texts: &[&str],
         (max_batch_tokens, threads): (usize, usize),
@@ -262,26 +258,27 @@ impl Pipeline {
 
     /// bge-m3's dense vector, lexical weights and token vectors of `text`, from one pass.
     pub fn encode_outputs(&self, text: &str) -> Result<AllOutputs> {
-        let (late, heads) = self.late("embed.encode_all")?;
-        let (Late::M3 { unused, vocab, selection }, Some(sparse)) = (late, &heads.sparse) else {
-            return Err(Error::WrongOutput { gives: self.gives(), call: "embed.encode_all", instead: self.instead() });
+        const CALL: &str = "embed.encode_all";
+        let (late, heads) = self.late(CALL)?;
+        let (Ok((dense, lexical)), Some(sparse)) = (self.outputs.three(CALL), &heads.sparse) else {
+            return Err(self.outputs.wrong_output(CALL));
         };
         let rows = self.late_rows(late, Side::Document, &[text])?;
         let rows: Vec<&Row> = rows.iter().collect();
         let hidden = self.late_forward(&rows)?;
         let (row, h) = (rows[0], &hidden[0]);
         let multi = self.token_vectors(heads, &rows, &hidden).pop().ok_or_else(|| Error::Inference("no token vectors".into()))?;
-        let lexical = lexical_weights(&row.encoded.ids, &sparse.forward(h), unused, *vocab);
+        let weights = lexical_weights(&row.encoded.ids, &sparse.forward(h), &lexical.unused, lexical.vocab);
         let pooled = crate::pooling::pool(
             h,
             self.hidden_size,
             crate::pooling::Sequences { bounds: &[0, row.encoded.ids.len()], skips: &[0], summary: 0, lasts: &[] },
-            &self.pooling,
+            &dense.pooling,
             None,
         )
         .map_err(Error::Inference)?;
-        let dense = self.finish(pooled, None)?.pop().ok_or_else(|| Error::Inference("no dense output".into()))?;
-        Ok(AllOutputs { dense, sparse: lexical.select(selection), multi })
+        let dense = self.finish(dense, pooled, None)?.pop().ok_or_else(|| Error::Inference("no dense output".into()))?;
+        Ok(AllOutputs { dense, sparse: weights.select(&lexical.selection), multi })
     }
 
     /// bge-m3's lexical weights of the inputs, in input order (`embed_sparse`), batched as
@@ -294,8 +291,8 @@ impl Pipeline {
         mut before_batch: impl FnMut() -> Result<()>,
     ) -> Result<Vec<SparseVector>> {
         let (late, heads) = self.late("embed_sparse")?;
-        let (Late::M3 { unused, vocab, selection }, Some(sparse)) = (late, &heads.sparse) else {
-            return Err(Error::WrongOutput { gives: self.gives(), call: "embed_sparse", instead: self.instead() });
+        let (Late::M3(Lexical { unused, vocab, selection }), Some(sparse)) = (late, &heads.sparse) else {
+            return Err(self.outputs.wrong_output("embed_sparse"));
         };
         self.late_batched(late, Side::Document, texts, (max_batch_tokens, threads), &mut before_batch, |rows, hidden| {
             rows.iter()
@@ -306,14 +303,14 @@ impl Pipeline {
     }
 
     /// The inputs tokenized for `side`.
-    fn late_rows(&self, late: &Late, side: Side, texts: &[&str]) -> Result<Vec<Row>> {
+    fn late_rows(&self, late: Late, side: Side, texts: &[&str]) -> Result<Vec<Row>> {
         let text = self.text()?;
         let mut truncated = 0;
         let rows = texts
             .iter()
             .map(|t| {
                 let row = match late {
-                    Late::Colbert { settings, query, document } => {
+                    Late::Colbert(ColbertTokens { settings, query, document }) => {
                         let tokenizer = if side == Side::Query { query } else { document };
                         let (mut ids, mut types, cut) = encode_typed(tokenizer, text.lowercase, t)?;
                         truncated += usize::from(cut);
@@ -324,7 +321,7 @@ impl Pipeline {
                         let kept = ids.iter().map(|&id| settings.keeps(side, id)).collect();
                         Row { encoded: Encoded { ids, types, skip: 0 }, keys, kept }
                     }
-                    Late::M3 { .. } => {
+                    Late::M3(_) => {
                         let (encoded, cut) = self.encode_prompted(t, None)?;
                         truncated += usize::from(cut);
                         let kept = (0..encoded.ids.len()).map(|i| i > 0).collect();
@@ -333,7 +330,7 @@ impl Pipeline {
                 };
                 // A ColBERT input without tokens (a tokenizer that adds none, an empty
                 // text) has no token vectors: an empty array, not an error.
-                if row.encoded.ids.is_empty() && matches!(late, Late::M3 { .. }) {
+                if row.encoded.ids.is_empty() && matches!(late, Late::M3(_)) {
                     return Err(Error::EmptyInput { input: t.to_string() });
                 }
                 Ok(row)

@@ -131,7 +131,7 @@ impl Pipeline {
     /// The route a call with `prompt_name` takes (None: the model has no routes): the route
     /// of that name, else the default route; an error when there is none.
     pub(super) fn route_of(&self, prompt_name: Option<&str>) -> Result<Option<&Route>> {
-        let (Some(routes), Some(routing)) = (self.weights.routes.as_ref(), self.routing.as_ref()) else {
+        let (Some(routes), Some(routing)) = (self.weights.routes.as_ref(), self.outputs.routing.as_ref()) else {
             return Ok(None);
         };
         let named = prompt_name.and_then(|n| routes.index(n));

@@ -1,13 +1,16 @@
 //! The sparse output of a pipeline (task "sparse"): SpladePooling over the MLM head's
 //! logits, or an inference-free model's query route (`embed_sparse`, `sparse_terms`).
 
+use std::path::Path;
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::batch::{in_batches, Packed};
 use super::text::{Encoded, Prompt};
 use super::Pipeline;
 use crate::error::{Error, Result};
+use crate::mlm::MlmHead;
 use crate::sparse::{QueryRoute, Selection, SparseVector, Splade};
+use crate::st::SparseLayout;
 
 /// The sparse output stage: SpladePooling over the MLM head's logits, `max_terms` and
 /// `min_weight`, and an inference-free model's routes.
@@ -23,6 +26,28 @@ pub(crate) struct SparseStage {
 }
 
 impl SparseStage {
+    /// The builder of a sparse encoder's output: `layout`'s SpladePooling over the MLM head
+    /// of the weights (`mlm`), `selection`, and an inference-free model's query route.
+    pub(crate) fn load(
+        layout: &SparseLayout,
+        mlm: Option<&MlmHead>,
+        selection: Selection,
+        query: Option<QueryRoute>,
+        bdir: &Path,
+    ) -> Result<Self> {
+        let Some(mlm) = mlm else {
+            return Err(Error::invalid_file(bdir, "the sparse model's MLM head is missing from its weights"));
+        };
+        Ok(SparseStage {
+            splade: Splade::from_config(&layout.pooling, &layout.pooling_path)?,
+            vocab: mlm.vocab_size(),
+            selection,
+            query,
+            document_route: layout.document_route.clone(),
+            default_route: layout.default_route.clone(),
+        })
+    }
+
     pub(crate) fn describe(&self, head: Option<&crate::mlm::MlmHead>) -> serde_json::Value {
         serde_json::json!({
             "mlm_head": head.map(crate::mlm::MlmHead::describe),
@@ -43,15 +68,6 @@ impl SparseStage {
 const LOGIT_ROWS: usize = 128;
 
 impl Pipeline {
-    /// The sparse stage, or the error for calling `call` (a sparse call) on this model.
-    fn sparse(&self, call: &'static str) -> Result<&SparseStage> {
-        match (&self.sparse, &self.weights.classifier) {
-            (Some(sparse), _) => Ok(sparse),
-            (None, Some(_)) => Err(Error::WrongOutput { gives: "classification logits", call, instead: "classify" }),
-            (None, None) => Err(Error::WrongOutput { gives: self.gives(), call, instead: self.instead() }),
-        }
-    }
-
     /// Sparse vectors of the inputs, in input order, as sentence-transformers' SparseEncoder
     /// gives them, then `max_terms` and `min_weight` applied. `prompt_name`: for an
     /// inference-free model, the Router's route ("query" is `encode_query`'s, "document"
@@ -66,12 +82,12 @@ impl Pipeline {
         threads: usize,
         mut before_batch: impl FnMut() -> Result<()>,
     ) -> Result<Vec<SparseVector>> {
-        if self.is_m3() {
+        if self.outputs.lexical().is_some() {
             // bge-m3's lexical weights: one side for queries and documents ('' too).
             crate::late::Side::parse(prompt_name.filter(|n| !n.is_empty()))?;
             return self.m3_sparse(texts, max_batch_tokens, threads, before_batch);
         }
-        let sparse = self.sparse("embed_sparse")?;
+        let sparse = self.outputs.sparse("embed_sparse")?;
         let (query, prompt) = self.route(sparse, prompt_name)?;
         if let Some(query) = query {
             let mut tokens = 0;
@@ -148,13 +164,13 @@ impl Pipeline {
     /// The terms of an input's sparse vector (default route), best first: each vocabulary
     /// id's token and weight, after `max_terms` and `min_weight`.
     pub fn sparse_terms(&self, text: &str, threads: usize) -> Result<Vec<(String, f32)>> {
-        if self.is_m3() {
+        if self.outputs.lexical().is_some() {
             let mut vectors = self.m3_sparse(&[text], usize::MAX, threads, || Ok(()))?;
             let vector = vectors.pop().ok_or_else(|| Error::Inference("no output for the input".into()))?;
             let token = |id: u32| self.text().ok().and_then(|t| t.tokenizer.id_to_token(id));
             return Ok(vector.ranked().into_iter().map(|(id, w)| (token(id).unwrap_or_else(|| format!("[{id}]")), w)).collect());
         }
-        let sparse = self.sparse("embed.sparse_terms")?;
+        let sparse = self.outputs.sparse("embed.sparse_terms")?;
         let (query, _) = self.route(sparse, None)?;
         let mut vectors = self.embed_sparse(&[text], None, usize::MAX, threads, || Ok(()))?;
         let vector = vectors.pop().ok_or_else(|| Error::Inference("no output for the input".into()))?;
