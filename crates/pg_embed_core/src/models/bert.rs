@@ -5,7 +5,8 @@ use candle_core::Tensor;
 use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
-use super::encoder::{bad_weights, unsupported, with_prefix, Encoder, Positions, Spec};
+use super::checks::{bad_weights, unsupported, with_prefix};
+use super::encoder::{Encoder, Positions, Spec};
 use super::{first_tokens, Batch};
 use crate::error::Result;
 

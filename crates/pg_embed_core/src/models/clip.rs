@@ -8,7 +8,7 @@ use candle_core::Tensor;
 use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
-use super::encoder::{bad_weights, check_heads, unsupported};
+use super::checks::{bad_weights, check_heads, unsupported};
 use crate::error::Result;
 use crate::layers;
 use crate::weights;

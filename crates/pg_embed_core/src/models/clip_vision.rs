@@ -8,7 +8,7 @@ use candle_core::Tensor;
 use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
-use super::encoder::{bad_weights, check_heads};
+use super::checks::{bad_weights, check_heads};
 use super::vision::{self, EmbeddingNames, Grid, Shape, StackShape};
 use super::{Batch, Modality};
 use crate::error::Result;
@@ -90,7 +90,7 @@ pub struct Model {
 /// The tower under `vb` (`vision_model.*` and `visual_projection` beside it).
 pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
     check_heads(cfg.hidden_size, cfg.num_attention_heads)?;
-    let act = vision::activation("hidden_act", &cfg.hidden_act)?;
+    let act = super::checks::activation("hidden_act", &cfg.hidden_act)?;
     let h = cfg.hidden_size;
     let root = vb;
     let load = || -> candle_core::Result<Model> {

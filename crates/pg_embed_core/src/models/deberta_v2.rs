@@ -5,7 +5,7 @@
 use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
-use super::encoder::{bad_weights, check_eps, check_heads, check_positions, unsupported, with_prefix};
+use super::checks::{bad_weights, check_eps, check_heads, check_positions, unsupported, with_prefix};
 use crate::error::{Error, Result};
 use crate::layers::{self, Activation};
 use crate::prepared::Floats;

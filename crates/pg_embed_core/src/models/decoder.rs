@@ -13,7 +13,7 @@ use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::encoder::{bad_weights, check_eps, check_positions, check_rope_theta, unsupported};
+use super::checks::{activation, bad_weights, check_eps, check_positions, check_rope_theta, unsupported};
 use crate::error::{Error, Result};
 use crate::layers;
 use crate::weights::torch_parts;
@@ -237,12 +237,6 @@ pub fn rope_theta(
     let theta = own.and_then(|p| p.get("rope_theta")).and_then(Value::as_f64).or(legacy).unwrap_or(default);
     check_rope_theta(&format!("rope_theta of {kind}"), theta)?;
     Ok(theta)
-}
-
-/// The activation of a decoder's gated MLP (`what`: `hidden_act` or `hidden_activation`).
-pub fn activation(what: &'static str, name: &str) -> Result<layers::Activation> {
-    layers::Activation::from_hidden_act(name)
-        .ok_or_else(|| unsupported(what, name, layers::Activation::HIDDEN_ACT_NAMES))
 }
 
 /// The config fields Qwen2 and Qwen3 share (`transformers.Qwen2Config`,

@@ -7,7 +7,7 @@
 use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
-use super::encoder::{bad_weights, check_heads, unsupported};
+use super::checks::{bad_weights, check_heads, unsupported};
 use super::vision::{self, Grid, LayerNames, Shape, StackShape};
 use super::{Batch, Modality};
 use crate::error::Result;
@@ -103,7 +103,7 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
     if cfg.use_swiglu_ffn {
         return Err(unsupported("use_swiglu_ffn", "true", "false"));
     }
-    let act = vision::activation("hidden_act", &cfg.hidden_act)?;
+    let act = super::checks::activation("hidden_act", &cfg.hidden_act)?;
     let h = cfg.hidden_size;
     // Dinov2MLP: int(hidden_size * mlp_ratio).
     let intermediate = (h as f64 * cfg.mlp_ratio) as usize;

@@ -9,7 +9,7 @@
 use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
-use super::encoder::{bad_weights, check_heads};
+use super::checks::{bad_weights, check_heads};
 use super::vision::{self, Biases, EmbeddingNames, Grid, LayerNames, Shape, StackShape};
 use super::{Batch, Modality};
 use crate::error::{Error, Result};
@@ -140,7 +140,7 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
     if !(cfg.rope_theta.is_finite() && cfg.rope_theta > 0.0) {
         return Err(Error::invalid_file("config.json", format!("rope_theta {} is not positive", cfg.rope_theta)));
     }
-    let act = vision::activation("hidden_act", &cfg.hidden_act)?;
+    let act = super::checks::activation("hidden_act", &cfg.hidden_act)?;
     let h = cfg.hidden_size;
     let load = || -> candle_core::Result<Model> {
         let shape = Shape {

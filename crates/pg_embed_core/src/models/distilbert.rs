@@ -6,7 +6,8 @@
 use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
-use super::encoder::{renamed, with_prefix, Encoder, Positions, Spec};
+use super::checks::with_prefix;
+use super::encoder::{renamed, Encoder, Positions, Spec};
 use crate::error::Result;
 
 /// `transformers.DistilBertConfig`

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::decoder;
-use super::encoder::unsupported;
+use super::checks::unsupported;
 use crate::error::Result;
 
 /// `transformers.Gemma3TextConfig`; defaults are transformers' defaults.
@@ -167,7 +167,7 @@ impl Config {
             head_dim: self.head_dim,
             max_positions: self.max_position_embeddings,
             eps: self.rms_norm_eps,
-            activation: decoder::activation("hidden_activation", &self.hidden_activation)?,
+            activation: super::checks::activation("hidden_activation", &self.hidden_activation)?,
             qkv_bias: self.attention_bias,
             o_bias: self.attention_bias,
             mlp_bias: false,

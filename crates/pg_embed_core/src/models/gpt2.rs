@@ -8,7 +8,7 @@
 use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
-use super::encoder::{bad_weights, check_eps, check_positions, unsupported};
+use super::checks::{bad_weights, check_eps, check_positions, unsupported};
 use crate::error::{Error, Result};
 use crate::layers;
 

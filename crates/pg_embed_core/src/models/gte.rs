@@ -10,7 +10,7 @@ use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::encoder::unsupported;
+use super::checks::unsupported;
 use super::jina_embeddings_v3::{self as jina, Feedforward, RopeEncoder, Shape};
 use crate::error::Result;
 

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::bert::{load_pooler, tanh_pooler};
-use super::encoder::{bad_weights, check_eps, check_heads, check_positions, with_prefix};
+use super::checks::{bad_weights, check_eps, check_heads, check_positions, with_prefix};
 use super::Batch;
 use crate::error::{Error, Result};
 use crate::layers;
@@ -134,7 +134,7 @@ pub fn load(vb: VarBuilder, s: &Shape) -> Result<RopeEncoder> {
     check_heads(s.hidden, s.heads)?;
     check_eps("layer_norm_eps", s.eps)?;
     check_positions("max_position_embeddings", s.max_positions)?;
-    let act = super::decoder::activation("hidden_act", s.hidden_act)?;
+    let act = super::checks::activation("hidden_act", s.hidden_act)?;
     let vb = with_prefix(vb, &["", "roberta.", "gte.", "new.", "model."], "embeddings.word_embeddings.weight");
     let names = if vb.contains_tensor("layers.0.self_attn.q_proj.weight") {
         Names::Transformers

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::decoder::{self, Spec};
-use super::encoder::unsupported;
+use super::checks::unsupported;
 use crate::error::Result;
 
 /// The fields of `transformers.LlamaConfig` that Llama, Mistral and EuroBERT share. A field
@@ -122,7 +122,7 @@ impl Fields {
             head_dim: self.head_dim.unwrap_or(hidden.checked_div(heads).unwrap_or(0)),
             max_positions: self.positions(d),
             eps: self.rms_norm_eps.unwrap_or(d.rms_norm_eps),
-            activation: decoder::activation("hidden_act", self.hidden_act.as_deref().unwrap_or("silu"))?,
+            activation: super::checks::activation("hidden_act", self.hidden_act.as_deref().unwrap_or("silu"))?,
             qkv_bias: self.attention_bias,
             o_bias: self.attention_bias,
             mlp_bias: self.mlp_bias,

@@ -14,6 +14,7 @@ use crate::error::{Error, Result};
 use crate::pooling::PoolingMode;
 
 pub mod bert;
+pub mod checks;
 pub mod clip;
 pub mod clip_model;
 pub mod clip_vision;

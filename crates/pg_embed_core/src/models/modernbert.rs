@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
-use super::encoder::{
+use super::checks::{
     bad_weights, check_eps, check_heads, check_positions, check_rope_theta, unsupported, MAX_POSITIONS,
 };
 use crate::error::{Error, Result};

@@ -9,7 +9,8 @@ use candle_nn::VarBuilder;
 use crate::layers::{Linear, RelativeBias};
 use serde::{Deserialize, Serialize};
 
-use super::encoder::{bad_weights, check_buckets, renamed, with_prefix, Encoder, Positions, Spec};
+use super::checks::{bad_weights, check_buckets, with_prefix};
+use super::encoder::{renamed, Encoder, Positions, Spec};
 use crate::error::Result;
 
 use super::Batch;

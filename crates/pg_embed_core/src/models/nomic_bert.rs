@@ -8,7 +8,7 @@
 use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
-use super::encoder::{bad_weights, check_eps, check_heads, check_rope_theta, unsupported};
+use super::checks::{bad_weights, check_eps, check_heads, check_rope_theta, unsupported};
 use crate::error::Result;
 use crate::layers::{self, Activation};
 use crate::weights;

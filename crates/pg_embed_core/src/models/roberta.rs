@@ -5,7 +5,8 @@ use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
 use super::bert;
-use super::encoder::{with_prefix, Encoder, Positions};
+use super::checks::with_prefix;
+use super::encoder::{Encoder, Positions};
 use crate::error::Result;
 
 /// `transformers.RobertaConfig` / `XLMRobertaConfig`

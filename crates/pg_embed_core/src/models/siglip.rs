@@ -10,7 +10,7 @@ use candle_nn::VarBuilder;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use super::encoder::bad_weights;
+use super::checks::bad_weights;
 use super::{siglip2_vision, siglip_text, siglip_vision, Batch, Modality};
 use crate::error::{Error, Result};
 use crate::pooling::PoolingMode;

@@ -13,7 +13,7 @@
 use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
-use super::encoder::bad_weights;
+use super::checks::bad_weights;
 use super::siglip_vision::{self, Encoder, EncoderShape};
 use super::{Modality, Pixels};
 use crate::error::Result;

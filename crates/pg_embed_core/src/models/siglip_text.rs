@@ -16,7 +16,7 @@ use candle_core::Tensor;
 use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
-use super::encoder::{bad_weights, check_heads};
+use super::checks::{bad_weights, check_heads};
 use super::vision::{self, StackShape};
 use crate::error::Result;
 use crate::layers::{self, ScoreTerm};
@@ -95,7 +95,7 @@ pub struct Model {
 /// transformers 4 saved it, the bare names as transformers 5 saves SiglipTextModel.
 pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
     check_heads(cfg.hidden_size, cfg.num_attention_heads)?;
-    let act = vision::activation("hidden_act", &cfg.hidden_act)?;
+    let act = super::checks::activation("hidden_act", &cfg.hidden_act)?;
     let h = cfg.hidden_size;
     let t = if vb.contains_tensor("text_model.embeddings.token_embedding.weight") { vb.pp("text_model") } else { vb };
     let load = || -> candle_core::Result<Model> {

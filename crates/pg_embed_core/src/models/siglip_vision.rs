@@ -9,7 +9,7 @@ use candle_core::Tensor;
 use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
-use super::encoder::{bad_weights, check_heads};
+use super::checks::{bad_weights, check_heads};
 use super::vision::{self, EmbeddingNames, Grid, Shape, StackShape};
 use super::{Batch, Modality, Pixels};
 use crate::error::Result;
@@ -190,7 +190,7 @@ impl Encoder {
     /// The encoder under the tower's `root`.
     pub fn load(root: &VarBuilder, shape: &EncoderShape) -> Result<Self> {
         check_heads(shape.hidden, shape.heads)?;
-        let act = vision::activation("hidden_act", shape.hidden_act)?;
+        let act = super::checks::activation("hidden_act", shape.hidden_act)?;
         let (h, eps) = (shape.hidden, shape.eps);
         let load = || -> candle_core::Result<Encoder> {
             let stack = vision::pre_norm_stack(

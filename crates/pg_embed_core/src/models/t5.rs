@@ -6,7 +6,7 @@
 use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
-use super::encoder::{bad_weights, check_buckets, check_eps, unsupported};
+use super::checks::{bad_weights, check_buckets, check_eps, unsupported};
 use crate::error::{Error, Result};
 use crate::layers::{self, Activation};
 use crate::weights;

@@ -8,7 +8,7 @@ use candle_core::Tensor;
 use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
-use super::encoder::{bad_weights, check_heads, with_prefix};
+use super::checks::{bad_weights, check_heads, with_prefix};
 use super::vision::{self, Grid, LayerNames, Shape, StackShape};
 use super::{Batch, Modality};
 use crate::error::Result;
@@ -95,8 +95,8 @@ pub struct Model {
 
 pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
     check_heads(cfg.hidden_size, cfg.num_attention_heads)?;
-    let act = vision::activation("hidden_act", &cfg.hidden_act)?;
-    let pooler_act = vision::activation("pooler_act", &cfg.pooler_act)?;
+    let act = super::checks::activation("hidden_act", &cfg.hidden_act)?;
+    let pooler_act = super::checks::activation("pooler_act", &cfg.pooler_act)?;
     let h = cfg.hidden_size;
     // ViTForImageClassification keeps the backbone under "vit.".
     let vb = with_prefix(vb, &["", "vit."], "embeddings.cls_token");

@@ -11,7 +11,7 @@ use std::cell::RefCell;
 use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
-use super::encoder::{bad_weights, check_eps, check_heads, unsupported, with_prefix, MAX_POSITIONS};
+use super::checks::{bad_weights, check_eps, check_heads, unsupported, with_prefix, MAX_POSITIONS};
 use crate::error::{Error, Result};
 use crate::layers::{self, Activation};
 use crate::prepared::Floats;
