@@ -80,7 +80,7 @@ fn huge_position_counts_are_refused_before_allocating() {
     }
     let e = with_config("modernbert", "/max_position_embeddings", json!(1u64 << 40)).err().unwrap();
     assert_eq!(e.hint().unwrap(), "Supported: at most 131072.");
-    assert_eq!(pg_embed_core::models::encoder::MAX_POSITIONS, 131072);
+    assert_eq!(pg_embed_core::models::checks::MAX_POSITIONS, 131072);
     // Within the limit, a ModernBERT config may name more positions than it was trained for.
     assert!(with_config("modernbert", "/max_position_embeddings", json!(4096)).is_ok());
 }

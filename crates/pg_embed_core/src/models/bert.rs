@@ -5,7 +5,8 @@ use candle_core::Tensor;
 use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
-use super::encoder::{bad_weights, unsupported, with_prefix, Encoder, Positions, Spec};
+use super::checks::{bad_weights, unsupported, with_prefix};
+use super::encoder::{Encoder, Positions, Spec};
 use super::{first_tokens, Batch};
 use crate::error::Result;
 
@@ -109,23 +110,16 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
 }
 
 impl super::Config for Config {
-    fn hidden_size(&self) -> usize {
-        self.hidden_size
-    }
-    fn max_position_embeddings(&self) -> usize {
-        self.max_position_embeddings
-    }
-    fn vocab_size(&self) -> usize {
-        self.vocab_size
-    }
-    fn pad_token_id(&self) -> u32 {
-        self.pad_token_id as u32
+    fn dims(&self) -> super::Dims {
+        super::Dims::text(
+            self.hidden_size,
+            self.max_position_embeddings,
+            self.vocab_size,
+            self.pad_token_id as u32,
+        )
     }
     fn load(&self, vb: VarBuilder) -> Result<Box<dyn super::Model>> {
         Ok(Box::new(load(vb, self)?))
-    }
-    fn restore(&self, prepared: serde_json::Value) -> Result<Box<dyn super::Model>> {
-        super::restore::<Model>(prepared)
     }
 }
 

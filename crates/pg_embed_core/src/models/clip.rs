@@ -8,7 +8,7 @@ use candle_core::Tensor;
 use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
-use super::encoder::{bad_weights, check_heads, unsupported};
+use super::checks::{bad_weights, check_heads, unsupported};
 use crate::error::Result;
 use crate::layers;
 use crate::weights;
@@ -234,17 +234,8 @@ impl Model {
 }
 
 impl super::Config for Config {
-    fn hidden_size(&self) -> usize {
-        self.hidden_size
-    }
-    fn max_position_embeddings(&self) -> usize {
-        self.max_position_embeddings
-    }
-    fn vocab_size(&self) -> usize {
-        self.vocab_size
-    }
-    fn pad_token_id(&self) -> u32 {
-        self.pad_token_id
+    fn dims(&self) -> super::Dims {
+        super::Dims::text(self.hidden_size, self.max_position_embeddings, self.vocab_size, self.pad_token_id)
     }
     /// A CLIP text tower's embedding is its pooled, projected output.
     fn default_pooling(&self) -> crate::pooling::PoolingMode {
@@ -252,9 +243,6 @@ impl super::Config for Config {
     }
     fn load(&self, vb: VarBuilder) -> Result<Box<dyn super::Model>> {
         Ok(Box::new(load(vb, self)?))
-    }
-    fn restore(&self, prepared: serde_json::Value) -> Result<Box<dyn super::Model>> {
-        super::restore::<Model>(prepared)
     }
 }
 

@@ -76,17 +76,13 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
 }
 
 impl super::Config for Config {
-    fn hidden_size(&self) -> usize {
-        self.text_config.hidden_size
-    }
-    fn max_position_embeddings(&self) -> usize {
-        self.text_config.max_position_embeddings
-    }
-    fn vocab_size(&self) -> usize {
-        self.text_config.vocab_size
-    }
-    fn pad_token_id(&self) -> u32 {
-        self.text_config.pad_token_id
+    fn dims(&self) -> super::Dims {
+        super::Dims::text(
+            self.text_config.hidden_size,
+            self.text_config.max_position_embeddings,
+            self.text_config.vocab_size,
+            self.text_config.pad_token_id,
+        )
     }
     fn default_pooling(&self) -> PoolingMode {
         PoolingMode::Pooler
@@ -96,9 +92,6 @@ impl super::Config for Config {
     }
     fn load(&self, vb: VarBuilder) -> Result<Box<dyn super::Model>> {
         Ok(Box::new(load(vb, self)?))
-    }
-    fn restore(&self, prepared: serde_json::Value) -> Result<Box<dyn super::Model>> {
-        super::restore::<Model>(prepared)
     }
 }
 

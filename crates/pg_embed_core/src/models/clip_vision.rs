@@ -8,7 +8,7 @@ use candle_core::Tensor;
 use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
-use super::encoder::{bad_weights, check_heads};
+use super::checks::{bad_weights, check_heads};
 use super::vision::{self, EmbeddingNames, Grid, Shape, StackShape};
 use super::{Batch, Modality};
 use crate::error::Result;
@@ -90,7 +90,7 @@ pub struct Model {
 /// The tower under `vb` (`vision_model.*` and `visual_projection` beside it).
 pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
     check_heads(cfg.hidden_size, cfg.num_attention_heads)?;
-    let act = vision::activation("hidden_act", &cfg.hidden_act)?;
+    let act = super::checks::activation("hidden_act", &cfg.hidden_act)?;
     let h = cfg.hidden_size;
     let root = vb;
     let load = || -> candle_core::Result<Model> {
@@ -148,17 +148,8 @@ impl Model {
 }
 
 impl super::Config for Config {
-    fn hidden_size(&self) -> usize {
-        self.hidden_size
-    }
-    fn max_position_embeddings(&self) -> usize {
-        vision::trained_tokens(self.image_size, self.patch_size)
-    }
-    fn vocab_size(&self) -> usize {
-        0
-    }
-    fn pad_token_id(&self) -> u32 {
-        0
+    fn dims(&self) -> super::Dims {
+        super::Dims::image(self.hidden_size, vision::trained_tokens(self.image_size, self.patch_size))
     }
     /// A CLIP tower's embedding is its pooled, projected output.
     fn default_pooling(&self) -> PoolingMode {
@@ -169,9 +160,6 @@ impl super::Config for Config {
     }
     fn load(&self, vb: VarBuilder) -> Result<Box<dyn super::Model>> {
         Ok(Box::new(load(vb, self)?))
-    }
-    fn restore(&self, prepared: serde_json::Value) -> Result<Box<dyn super::Model>> {
-        super::restore::<Model>(prepared)
     }
 }
 

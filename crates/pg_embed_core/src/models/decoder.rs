@@ -1,19 +1,19 @@
-//! The decoder family's backbone, shared by Qwen2, Qwen3 and Gemma 3 (one file each for
-//! their configs): token embeddings (scaled, for Gemma), then pre-RMSNorm layers of
-//! grouped-query attention with rotary positions and a gated MLP (gate_proj, up_proj,
-//! down_proj), then a final RMSNorm, as transformers' `*Model` classes compute them, on the
-//! layer library's stack over packed tokens. What differs between them is a field of
-//! [`Spec`]: biases, per-head q/k norms, sandwich norms, Gemma's `1 + weight` norm scale,
-//! the attention scale, causal or bidirectional masks and sliding-window layers with their
-//! own rotary base. Also the reading of rotary settings, in the transformers 5 form
-//! (`rope_parameters`, flat or per layer type) and the form on the Hub (`rope_theta`,
-//! `rope_scaling`).
+//! The rotary decoders' backbone and config, shared by Qwen2, Qwen3, Gemma 2, Gemma 3,
+//! Llama, Mistral and EuroBERT (one file each for what is their own): token embeddings
+//! (scaled, for Gemma), then pre-RMSNorm layers of grouped-query attention with rotary
+//! positions and a gated MLP (gate_proj, up_proj, down_proj), then a final RMSNorm, as
+//! transformers' `*Model` classes compute them, on the layer library's stack over packed
+//! tokens. What differs between them is a field of [`Spec`]: biases, per-head q/k norms,
+//! sandwich norms, Gemma's `1 + weight` norm scale, the attention scale, causal or
+//! bidirectional masks and sliding-window layers with their own rotary base. The config
+//! fields they share are [`Fields`], each family's defaults a [`Defaults`] table, filled
+//! in when config.json is parsed; rotary settings are read by `rotary.rs`.
 
 use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
-use super::encoder::{bad_weights, check_eps, check_positions, check_rope_theta, unsupported};
+use super::checks::{activation, bad_weights, check_eps, check_positions, check_rope_theta, unsupported};
+use super::rotary;
 use crate::error::{Error, Result};
 use crate::layers;
 use crate::weights::torch_parts;
@@ -204,156 +204,206 @@ impl super::Model for Model {
     }
 }
 
-/// The rotary base of a config's layers (of `kind`, "full_attention" or
-/// "sliding_attention", where the settings are per layer type): `rope_parameters` as
-/// transformers 5 saves it (flat, or one entry per layer type), else the Hub's `legacy`
-/// theta (`rope_theta`, Gemma's `rope_local_base_freq`), else `default`. Only the default
-/// rotary type is implemented: any scaling (`rope_scaling`, another `rope_type`, a
-/// `partial_rotary_factor`) is refused by name.
-pub fn rope_theta(
-    parameters: Option<&Value>,
-    scaling: Option<&Value>,
-    kind: &str,
-    legacy: Option<f64>,
-    default: f64,
-) -> Result<f64> {
-    if let Some(scaling) = scaling.filter(|s| !s.is_null()) {
-        let kind = scaling.get("rope_type").or(scaling.get("type")).and_then(Value::as_str);
-        if kind != Some("default") {
-            return Err(unsupported("rope_scaling", &scaling.to_string(), "null (no rotary scaling)"));
-        }
-    }
-    let parameters = parameters.filter(|p| !p.is_null());
-    let own = parameters.and_then(|p| p.get(kind)).or(parameters);
-    let rope_type = own.and_then(|p| p.get("rope_type").or(p.get("type"))).and_then(Value::as_str);
-    if let Some(t) = rope_type.filter(|t| *t != "default") {
-        return Err(unsupported("rope_type", t, "default"));
-    }
-    if let Some(f) =
-        own.and_then(|p| p.get("partial_rotary_factor")).and_then(Value::as_f64).filter(|f| *f != 1.0)
-    {
-        return Err(unsupported("partial_rotary_factor", &f.to_string(), "1.0"));
-    }
-    let theta = own.and_then(|p| p.get("rope_theta")).and_then(Value::as_f64).or(legacy).unwrap_or(default);
-    check_rope_theta(&format!("rope_theta of {kind}"), theta)?;
-    Ok(theta)
-}
 
-/// The activation of a decoder's gated MLP (`what`: `hidden_act` or `hidden_activation`).
-pub fn activation(what: &'static str, name: &str) -> Result<layers::Activation> {
-    layers::Activation::from_hidden_act(name)
-        .ok_or_else(|| unsupported(what, name, layers::Activation::HIDDEN_ACT_NAMES))
-}
-
-/// The config fields Qwen2 and Qwen3 share (`transformers.Qwen2Config`,
-/// `transformers.Qwen3Config`); defaults are transformers' defaults. Rotary settings are
-/// read in both the transformers 5 form (`rope_parameters`) and the Hub's (`rope_theta`,
-/// `rope_scaling`).
+/// The config fields the rotary decoders share, under transformers' names. A field
+/// config.json leaves out takes the family's default ([`Defaults`]), filled in when parsed
+/// (`fill`) as each family's config class does; the keys a family does not have
+/// (`hidden_activation` but for Gemma, `mlp_bias` but for the Llama family, ...) stay
+/// out of its summary unless config.json names them.
 #[derive(Debug, Clone, Deserialize, Serialize)]
-pub struct QwenConfig {
-    #[serde(default = "d::vocab_size")]
-    pub vocab_size: usize,
-    #[serde(default = "d::hidden_size")]
-    pub hidden_size: usize,
-    #[serde(default = "d::intermediate_size")]
-    pub intermediate_size: usize,
-    #[serde(default = "d::num_hidden_layers")]
-    pub num_hidden_layers: usize,
-    #[serde(default = "d::num_attention_heads")]
-    pub num_attention_heads: usize,
+pub struct Fields {
+    #[serde(default)]
+    pub vocab_size: Option<usize>,
+    #[serde(default)]
+    pub hidden_size: Option<usize>,
+    #[serde(default)]
+    pub intermediate_size: Option<usize>,
+    #[serde(default)]
+    pub num_hidden_layers: Option<usize>,
+    #[serde(default)]
+    pub num_attention_heads: Option<usize>,
     #[serde(default)]
     pub num_key_value_heads: Option<usize>,
     #[serde(default)]
     pub head_dim: Option<usize>,
-    #[serde(default = "d::silu")]
-    pub hidden_act: String,
-    #[serde(default = "d::max_position_embeddings")]
-    pub max_position_embeddings: usize,
-    #[serde(default = "d::rms_norm_eps")]
-    pub rms_norm_eps: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hidden_act: Option<String>,
+    /// Gemma's name for the MLP's activation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hidden_activation: Option<String>,
     #[serde(default)]
-    pub rope_theta: Option<f64>,
+    pub max_position_embeddings: Option<usize>,
     #[serde(default)]
-    pub rope_scaling: Option<Value>,
-    #[serde(default)]
-    pub rope_parameters: Option<Value>,
-    #[serde(default)]
-    pub use_sliding_window: bool,
-    #[serde(default)]
+    pub rms_norm_eps: Option<f64>,
+    /// Biases on all four attention projections.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_bias: Option<bool>,
+    /// Biases on gate_proj, up_proj and down_proj.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mlp_bias: Option<bool>,
+    /// Per layer, "full_attention" or "sliding_attention" ([`sliding_layers`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub layer_types: Option<Vec<String>>,
+    #[serde(flatten)]
+    pub rope: rotary::Fields,
     #[serde(default)]
     pub pad_token_id: Option<u32>,
 }
 
-mod d {
-    pub fn vocab_size() -> usize {
-        151936
-    }
-    pub fn hidden_size() -> usize {
-        4096
-    }
-    pub fn intermediate_size() -> usize {
-        22016
-    }
-    pub fn num_hidden_layers() -> usize {
-        32
-    }
-    pub fn num_attention_heads() -> usize {
-        32
-    }
-    pub fn silu() -> String {
-        "silu".into()
-    }
-    pub fn max_position_embeddings() -> usize {
-        32768
-    }
-    pub fn rms_norm_eps() -> f64 {
-        1e-6
-    }
+/// A family's defaults for the fields config.json leaves out (transformers' defaults).
+pub struct Defaults {
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub intermediate_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    /// None: as many as the query heads.
+    pub num_key_value_heads: Option<usize>,
+    /// None: hidden_size / num_attention_heads.
+    pub head_dim: Option<usize>,
+    /// The key naming the MLP's activation (`hidden_act`, Gemma's `hidden_activation`)
+    /// and its default.
+    pub activation: (&'static str, &'static str),
+    pub max_position_embeddings: usize,
+    pub rms_norm_eps: f64,
+    /// None where the family has no such setting (Qwen2's biases are fixed).
+    pub attention_bias: Option<bool>,
+    pub mlp_bias: Option<bool>,
+    pub pad_token_id: Option<u32>,
+    /// The rotary base of the global layers when config.json names none.
+    pub rope_theta: f64,
 }
 
-impl QwenConfig {
-    /// The backbone: causal, rotary, RMSNorm, SwiGLU, with the given head width (when the
-    /// config names none), biases and q/k norms.
-    pub fn spec(&self, head_dim: usize, qkv_bias: bool, o_bias: bool, qk_norms: bool) -> Result<Spec> {
-        // Sliding-window layers (use_sliding_window) are not implemented: every layer is
-        // causal over the whole input.
-        if self.use_sliding_window {
-            return Err(unsupported("use_sliding_window", "true", "false"));
-        }
-        if let Some(t) = self.layer_types.iter().flatten().find(|t| *t != "full_attention") {
-            return Err(unsupported("layer_types", t, "full_attention"));
-        }
-        let heads = self.num_attention_heads;
+impl Fields {
+    fn hidden(&self, d: &Defaults) -> usize {
+        self.hidden_size.unwrap_or(d.hidden_size)
+    }
+
+    fn heads(&self, d: &Defaults) -> usize {
+        self.num_attention_heads.unwrap_or(d.num_attention_heads)
+    }
+
+    fn layers(&self, d: &Defaults) -> usize {
+        self.num_hidden_layers.unwrap_or(d.num_hidden_layers)
+    }
+
+    fn activation_name<'a>(&'a self, d: &'a Defaults) -> &'a str {
+        let gemma = d.activation.0 == "hidden_activation";
+        let named = if gemma { &self.hidden_activation } else { &self.hidden_act };
+        named.as_deref().unwrap_or(d.activation.1)
+    }
+
+    /// The sizes the pipeline reads.
+    pub fn dims(&self, d: &Defaults) -> super::Dims {
+        super::Dims::text(
+            self.hidden(d),
+            self.max_position_embeddings.unwrap_or(d.max_position_embeddings),
+            self.vocab_size.unwrap_or(d.vocab_size),
+            self.pad_token_id.or(d.pad_token_id).unwrap_or(0),
+        )
+    }
+
+    /// Every field config.json left out set to the family's default, for the summary (the
+    /// backbone reads the same values either way).
+    pub fn fill(&mut self, d: &Defaults) {
+        let (hidden, heads) = (self.hidden(d), self.heads(d));
+        self.vocab_size.get_or_insert(d.vocab_size);
+        self.hidden_size = Some(hidden);
+        self.intermediate_size.get_or_insert(d.intermediate_size);
+        self.num_hidden_layers.get_or_insert(d.num_hidden_layers);
+        self.num_attention_heads = Some(heads);
+        self.num_key_value_heads.get_or_insert(d.num_key_value_heads.unwrap_or(heads));
+        self.head_dim.get_or_insert(d.head_dim.unwrap_or(hidden.checked_div(heads).unwrap_or(0)));
+        let gemma = d.activation.0 == "hidden_activation";
+        let named = if gemma { &mut self.hidden_activation } else { &mut self.hidden_act };
+        named.get_or_insert_with(|| d.activation.1.to_string());
+        self.max_position_embeddings.get_or_insert(d.max_position_embeddings);
+        self.rms_norm_eps.get_or_insert(d.rms_norm_eps);
+        self.attention_bias = self.attention_bias.or(d.attention_bias);
+        self.mlp_bias = self.mlp_bias.or(d.mlp_bias);
+        self.pad_token_id = self.pad_token_id.or(d.pad_token_id);
+    }
+
+    /// The backbone as the shared fields describe it: causal, every layer global, biases
+    /// as `attention_bias` and `mlp_bias` say, the global rotary base; each family changes
+    /// what is its own.
+    pub fn spec(&self, d: &Defaults) -> Result<Spec> {
+        let (hidden, heads, layers) = (self.hidden(d), self.heads(d), self.layers(d));
+        let attention_bias = self.attention_bias.or(d.attention_bias).unwrap_or(false);
         Ok(Spec {
-            vocab_size: self.vocab_size,
-            hidden: self.hidden_size,
-            intermediate: self.intermediate_size,
-            layers: self.num_hidden_layers,
+            vocab_size: self.vocab_size.unwrap_or(d.vocab_size),
+            hidden,
+            intermediate: self.intermediate_size.unwrap_or(d.intermediate_size),
+            layers,
             heads,
-            kv_heads: self.num_key_value_heads.unwrap_or(heads),
-            head_dim: self.head_dim.unwrap_or(head_dim),
-            max_positions: self.max_position_embeddings,
-            eps: self.rms_norm_eps,
-            activation: activation("hidden_act", &self.hidden_act)?,
-            qkv_bias,
-            o_bias,
-            mlp_bias: false,
-            qk_norms,
+            kv_heads: self.num_key_value_heads.or(d.num_key_value_heads).unwrap_or(heads),
+            head_dim: self.head_dim.or(d.head_dim).unwrap_or(hidden.checked_div(heads).unwrap_or(0)),
+            max_positions: self.max_position_embeddings.unwrap_or(d.max_position_embeddings),
+            eps: self.rms_norm_eps.unwrap_or(d.rms_norm_eps),
+            activation: activation(d.activation.0, self.activation_name(d))?,
+            qkv_bias: attention_bias,
+            o_bias: attention_bias,
+            mlp_bias: self.mlp_bias.or(d.mlp_bias).unwrap_or(false),
+            qk_norms: false,
             sandwich: false,
             norm_plus_one: false,
             embed_scale: None,
             scale: None,
             softcap: None,
             causal: true,
-            rope_theta: rope_theta(
-                self.rope_parameters.as_ref(),
-                self.rope_scaling.as_ref(),
-                "full_attention",
-                self.rope_theta,
-                10_000.0,
-            )?,
+            rope_theta: self.rope.full_attention(d.rope_theta)?,
             sliding: None,
         })
     }
+
+    /// Refuses sliding-window layers where the family implements none (Qwen2, Qwen3):
+    /// every `layer_types` entry must be "full_attention".
+    pub fn full_attention_only(&self) -> Result<()> {
+        if let Some(t) = self.layer_types.iter().flatten().find(|t| *t != "full_attention") {
+            return Err(unsupported("layer_types", t, "full_attention"));
+        }
+        Ok(())
+    }
+
+    /// Which of the layers slide: `layer_types` (one entry per layer) when config.json
+    /// lists them, else `fallback` of each layer's index (the family's pattern).
+    pub fn sliding_layers(&self, d: &Defaults, fallback: impl Fn(usize) -> bool) -> Result<Vec<bool>> {
+        let layers = self.layers(d);
+        let Some(types) = &self.layer_types else {
+            return Ok((0..layers).map(fallback).collect());
+        };
+        if types.len() != layers {
+            return Err(unsupported(
+                "layer_types",
+                &format!("{} entries for {layers} layers", types.len()),
+                "one entry per layer",
+            ));
+        }
+        types
+            .iter()
+            .map(|t| match t.as_str() {
+                "sliding_attention" => Ok(true),
+                "full_attention" => Ok(false),
+                other => Err(unsupported("layer_types", other, "sliding_attention, full_attention")),
+            })
+            .collect()
+    }
+}
+
+/// A causal sliding window as config.json names it (null: none): the query and the
+/// `window - 1` tokens before it, so 0 is refused.
+pub fn causal_window(window: Option<usize>) -> Result<Option<usize>> {
+    if window == Some(0) {
+        return Err(unsupported("sliding_window", "0", "a positive number of tokens, or null"));
+    }
+    Ok(window.map(|w| w - 1))
+}
+
+/// Gemma's attention scale, query_pre_attn_scalar^-0.5, of a positive scalar.
+pub fn gemma_scale(query_pre_attn_scalar: f64) -> Result<f32> {
+    if query_pre_attn_scalar.is_nan() || query_pre_attn_scalar <= 0.0 {
+        let value = query_pre_attn_scalar.to_string();
+        return Err(unsupported("query_pre_attn_scalar", &value, "a positive number"));
+    }
+    Ok(query_pre_attn_scalar.powf(-0.5) as f32)
 }

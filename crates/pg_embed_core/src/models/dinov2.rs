@@ -7,7 +7,7 @@
 use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
-use super::encoder::{bad_weights, check_heads, unsupported};
+use super::checks::{bad_weights, check_heads, unsupported};
 use super::vision::{self, Grid, LayerNames, Shape, StackShape};
 use super::{Batch, Modality};
 use crate::error::Result;
@@ -103,7 +103,7 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
     if cfg.use_swiglu_ffn {
         return Err(unsupported("use_swiglu_ffn", "true", "false"));
     }
-    let act = vision::activation("hidden_act", &cfg.hidden_act)?;
+    let act = super::checks::activation("hidden_act", &cfg.hidden_act)?;
     let h = cfg.hidden_size;
     // Dinov2MLP: int(hidden_size * mlp_ratio).
     let intermediate = (h as f64 * cfg.mlp_ratio) as usize;
@@ -135,17 +135,8 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
 }
 
 impl super::Config for Config {
-    fn hidden_size(&self) -> usize {
-        self.hidden_size
-    }
-    fn max_position_embeddings(&self) -> usize {
-        vision::trained_tokens(self.image_size, self.patch_size)
-    }
-    fn vocab_size(&self) -> usize {
-        0
-    }
-    fn pad_token_id(&self) -> u32 {
-        0
+    fn dims(&self) -> super::Dims {
+        super::Dims::image(self.hidden_size, vision::trained_tokens(self.image_size, self.patch_size))
     }
     /// pooler_output: the layernormed [CLS].
     fn default_pooling(&self) -> PoolingMode {
@@ -156,9 +147,6 @@ impl super::Config for Config {
     }
     fn load(&self, vb: VarBuilder) -> Result<Box<dyn super::Model>> {
         Ok(Box::new(load(vb, self)?))
-    }
-    fn restore(&self, prepared: serde_json::Value) -> Result<Box<dyn super::Model>> {
-        super::restore::<Model>(prepared)
     }
 }
 

@@ -9,7 +9,7 @@
 use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
-use super::encoder::{bad_weights, check_heads};
+use super::checks::{bad_weights, check_heads};
 use super::vision::{self, Biases, EmbeddingNames, Grid, LayerNames, Shape, StackShape};
 use super::{Batch, Modality};
 use crate::error::{Error, Result};
@@ -140,7 +140,7 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
     if !(cfg.rope_theta.is_finite() && cfg.rope_theta > 0.0) {
         return Err(Error::invalid_file("config.json", format!("rope_theta {} is not positive", cfg.rope_theta)));
     }
-    let act = vision::activation("hidden_act", &cfg.hidden_act)?;
+    let act = super::checks::activation("hidden_act", &cfg.hidden_act)?;
     let h = cfg.hidden_size;
     let load = || -> candle_core::Result<Model> {
         let shape = Shape {
@@ -231,18 +231,10 @@ impl Model {
 }
 
 impl super::Config for Config {
-    fn hidden_size(&self) -> usize {
-        self.hidden_size
-    }
     /// The tokens of an image at the trained size (any other grid works too).
-    fn max_position_embeddings(&self) -> usize {
-        vision::trained_tokens(self.image_size, self.patch_size) + self.num_register_tokens
-    }
-    fn vocab_size(&self) -> usize {
-        0
-    }
-    fn pad_token_id(&self) -> u32 {
-        0
+    fn dims(&self) -> super::Dims {
+        let tokens = vision::trained_tokens(self.image_size, self.patch_size) + self.num_register_tokens;
+        super::Dims::image(self.hidden_size, tokens)
     }
     /// pooler_output: the normed [CLS].
     fn default_pooling(&self) -> PoolingMode {
@@ -253,9 +245,6 @@ impl super::Config for Config {
     }
     fn load(&self, vb: VarBuilder) -> Result<Box<dyn super::Model>> {
         Ok(Box::new(load(vb, self)?))
-    }
-    fn restore(&self, prepared: serde_json::Value) -> Result<Box<dyn super::Model>> {
-        super::restore::<Model>(prepared)
     }
 }
 

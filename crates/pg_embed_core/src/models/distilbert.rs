@@ -6,7 +6,8 @@
 use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
-use super::encoder::{renamed, with_prefix, Encoder, Positions, Spec};
+use super::checks::with_prefix;
+use super::encoder::{renamed, Encoder, Positions, Spec};
 use crate::error::Result;
 
 /// `transformers.DistilBertConfig`
@@ -99,23 +100,11 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
 }
 
 impl super::Config for Config {
-    fn hidden_size(&self) -> usize {
-        self.dim
-    }
-    fn max_position_embeddings(&self) -> usize {
-        self.max_position_embeddings
-    }
-    fn vocab_size(&self) -> usize {
-        self.vocab_size
-    }
-    fn pad_token_id(&self) -> u32 {
-        0
+    fn dims(&self) -> super::Dims {
+        super::Dims::text(self.dim, self.max_position_embeddings, self.vocab_size, 0)
     }
     fn load(&self, vb: VarBuilder) -> Result<Box<dyn super::Model>> {
         Ok(Box::new(load(vb, self)?))
-    }
-    fn restore(&self, prepared: serde_json::Value) -> Result<Box<dyn super::Model>> {
-        super::restore::<Model>(prepared)
     }
 }
 

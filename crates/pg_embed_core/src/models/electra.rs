@@ -5,7 +5,8 @@ use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
 use super::bert;
-use super::encoder::{with_prefix, Encoder, Positions};
+use super::checks::with_prefix;
+use super::encoder::{Encoder, Positions};
 use crate::error::Result;
 
 /// `transformers.ElectraConfig`
@@ -35,23 +36,11 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
 }
 
 impl super::Config for Config {
-    fn hidden_size(&self) -> usize {
-        self.bert.hidden_size
-    }
-    fn max_position_embeddings(&self) -> usize {
-        self.bert.max_position_embeddings
-    }
-    fn vocab_size(&self) -> usize {
-        self.bert.vocab_size
-    }
-    fn pad_token_id(&self) -> u32 {
-        0
+    fn dims(&self) -> super::Dims {
+        super::Dims::text(self.bert.hidden_size, self.bert.max_position_embeddings, self.bert.vocab_size, 0)
     }
     fn load(&self, vb: VarBuilder) -> Result<Box<dyn super::Model>> {
         Ok(Box::new(load(vb, self)?))
-    }
-    fn restore(&self, prepared: serde_json::Value) -> Result<Box<dyn super::Model>> {
-        super::restore::<Model>(prepared)
     }
 }
 

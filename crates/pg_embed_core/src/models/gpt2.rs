@@ -8,7 +8,7 @@
 use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
-use super::encoder::{bad_weights, check_eps, check_positions, unsupported};
+use super::checks::{bad_weights, check_eps, check_positions, unsupported};
 use crate::error::{Error, Result};
 use crate::layers;
 
@@ -173,22 +173,15 @@ impl super::Model for Model {
 }
 
 impl super::Config for Config {
-    fn hidden_size(&self) -> usize {
-        self.n_embd
-    }
-    fn max_position_embeddings(&self) -> usize {
-        self.n_positions
-    }
-    fn vocab_size(&self) -> usize {
-        self.vocab_size
-    }
-    fn pad_token_id(&self) -> u32 {
-        self.pad_token_id.unwrap_or(self.eos_token_id)
+    fn dims(&self) -> super::Dims {
+        super::Dims::text(
+            self.n_embd,
+            self.n_positions,
+            self.vocab_size,
+            self.pad_token_id.unwrap_or(self.eos_token_id),
+        )
     }
     fn load(&self, vb: VarBuilder) -> Result<Box<dyn super::Model>> {
         Ok(Box::new(load(vb, self)?))
-    }
-    fn restore(&self, prepared: serde_json::Value) -> Result<Box<dyn super::Model>> {
-        super::restore::<Model>(prepared)
     }
 }

@@ -10,81 +10,125 @@
 use candle_core::Tensor;
 use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use super::bert::{load_pooler, tanh_pooler};
-use super::encoder::{bad_weights, check_eps, check_heads, check_positions, with_prefix};
-use super::Batch;
+use super::checks::{bad_weights, check_eps, check_heads, check_positions, with_prefix};
+use super::{rotary, Batch};
 use crate::error::{Error, Result};
 use crate::layers;
 use crate::weights::{layer_norm, torch_linear, torch_parts};
 
-/// `transformers.JinaEmbeddingsV3Config`; defaults are transformers' defaults.
+/// The config fields of the rotary encoders (jina-embeddings-v3, GTE), under
+/// transformers' names. A field config.json leaves out takes the family's default
+/// ([`Defaults`]), filled in when parsed (`fill`).
 #[derive(Debug, Clone, Deserialize, Serialize)]
-pub struct Config {
-    #[serde(default = "d::vocab_size")]
-    pub vocab_size: usize,
-    #[serde(default = "d::hidden_size")]
-    pub hidden_size: usize,
-    #[serde(default = "d::num_hidden_layers")]
-    pub num_hidden_layers: usize,
-    #[serde(default = "d::num_attention_heads")]
-    pub num_attention_heads: usize,
-    #[serde(default = "d::intermediate_size")]
-    pub intermediate_size: usize,
-    #[serde(default = "d::hidden_act")]
-    pub hidden_act: String,
-    #[serde(default = "d::max_position_embeddings")]
-    pub max_position_embeddings: usize,
-    #[serde(default = "d::type_vocab_size")]
-    pub type_vocab_size: usize,
-    #[serde(default = "d::layer_norm_eps")]
-    pub layer_norm_eps: f64,
-    #[serde(default = "d::pad_token_id")]
-    pub pad_token_id: u32,
+pub struct Fields {
     #[serde(default)]
-    pub rope_parameters: Option<Value>,
+    pub vocab_size: Option<usize>,
     #[serde(default)]
-    pub rope_theta: Option<f64>,
+    pub hidden_size: Option<usize>,
     #[serde(default)]
-    pub rope_scaling: Option<Value>,
+    pub num_hidden_layers: Option<usize>,
+    #[serde(default)]
+    pub num_attention_heads: Option<usize>,
+    #[serde(default)]
+    pub intermediate_size: Option<usize>,
+    #[serde(default)]
+    pub hidden_act: Option<String>,
+    #[serde(default)]
+    pub max_position_embeddings: Option<usize>,
+    #[serde(default)]
+    pub type_vocab_size: Option<usize>,
+    #[serde(default)]
+    pub layer_norm_eps: Option<f64>,
+    #[serde(default)]
+    pub pad_token_id: Option<u32>,
+    #[serde(flatten)]
+    pub rope: rotary::Fields,
 }
 
-mod d {
-    pub fn vocab_size() -> usize {
-        250002
+/// A rotary encoder family's defaults (transformers').
+pub struct Defaults {
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    pub intermediate_size: usize,
+    pub hidden_act: &'static str,
+    pub max_position_embeddings: usize,
+    pub type_vocab_size: usize,
+    pub layer_norm_eps: f64,
+    pub pad_token_id: u32,
+    pub rope_theta: f64,
+    pub feedforward: Feedforward,
+}
+
+/// `transformers.JinaEmbeddingsV3Config`'s defaults.
+const JINA: Defaults = Defaults {
+    vocab_size: 250002,
+    hidden_size: 1024,
+    num_hidden_layers: 24,
+    num_attention_heads: 16,
+    intermediate_size: 4096,
+    hidden_act: "gelu",
+    max_position_embeddings: 8194,
+    type_vocab_size: 1,
+    layer_norm_eps: 1e-5,
+    pad_token_id: 1,
+    rope_theta: 20_000.0,
+    feedforward: Feedforward::Plain,
+};
+
+impl Fields {
+    pub fn dims(&self, d: &Defaults) -> super::Dims {
+        super::Dims::text(
+            self.hidden_size.unwrap_or(d.hidden_size),
+            self.max_position_embeddings.unwrap_or(d.max_position_embeddings),
+            self.vocab_size.unwrap_or(d.vocab_size),
+            self.pad_token_id.unwrap_or(d.pad_token_id),
+        )
     }
-    pub fn hidden_size() -> usize {
-        1024
+
+    /// Every field config.json left out set to the family's default, for the summary.
+    pub fn fill(&mut self, d: &Defaults) {
+        self.vocab_size.get_or_insert(d.vocab_size);
+        self.hidden_size.get_or_insert(d.hidden_size);
+        self.num_hidden_layers.get_or_insert(d.num_hidden_layers);
+        self.num_attention_heads.get_or_insert(d.num_attention_heads);
+        self.intermediate_size.get_or_insert(d.intermediate_size);
+        self.hidden_act.get_or_insert_with(|| d.hidden_act.to_string());
+        self.max_position_embeddings.get_or_insert(d.max_position_embeddings);
+        self.type_vocab_size.get_or_insert(d.type_vocab_size);
+        self.layer_norm_eps.get_or_insert(d.layer_norm_eps);
+        self.pad_token_id.get_or_insert(d.pad_token_id);
     }
-    pub fn num_hidden_layers() -> usize {
-        24
+
+    pub fn shape<'a>(&'a self, d: &'a Defaults) -> Result<Shape<'a>> {
+        Ok(Shape {
+            vocab_size: self.vocab_size.unwrap_or(d.vocab_size),
+            hidden: self.hidden_size.unwrap_or(d.hidden_size),
+            layers: self.num_hidden_layers.unwrap_or(d.num_hidden_layers),
+            heads: self.num_attention_heads.unwrap_or(d.num_attention_heads),
+            intermediate: self.intermediate_size.unwrap_or(d.intermediate_size),
+            type_vocab_size: self.type_vocab_size.unwrap_or(d.type_vocab_size),
+            eps: self.layer_norm_eps.unwrap_or(d.layer_norm_eps),
+            hidden_act: self.hidden_act.as_deref().unwrap_or(d.hidden_act),
+            max_positions: self.max_position_embeddings.unwrap_or(d.max_position_embeddings),
+            rope_theta: self.rope.full_attention(d.rope_theta)?,
+            feedforward: d.feedforward,
+        })
     }
-    pub fn num_attention_heads() -> usize {
-        16
-    }
-    pub fn intermediate_size() -> usize {
-        4096
-    }
-    pub fn hidden_act() -> String {
-        "gelu".into()
-    }
-    pub fn max_position_embeddings() -> usize {
-        8194
-    }
-    pub fn type_vocab_size() -> usize {
-        1
-    }
-    pub fn layer_norm_eps() -> f64 {
-        1e-5
-    }
-    pub fn pad_token_id() -> u32 {
-        1
-    }
+}
+
+/// `transformers.JinaEmbeddingsV3Config`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct Config {
+    #[serde(flatten)]
+    pub encoder: Fields,
 }
 
 /// The feed-forward block of a rotary encoder.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Feedforward {
     /// fc1, activation, fc2, both with biases (jina-embeddings-v3).
     Plain,
@@ -134,7 +178,7 @@ pub fn load(vb: VarBuilder, s: &Shape) -> Result<RopeEncoder> {
     check_heads(s.hidden, s.heads)?;
     check_eps("layer_norm_eps", s.eps)?;
     check_positions("max_position_embeddings", s.max_positions)?;
-    let act = super::decoder::activation("hidden_act", s.hidden_act)?;
+    let act = super::checks::activation("hidden_act", s.hidden_act)?;
     let vb = with_prefix(vb, &["", "roberta.", "gte.", "new.", "model."], "embeddings.word_embeddings.weight");
     let names = if vb.contains_tensor("layers.0.self_attn.q_proj.weight") {
         Names::Transformers
@@ -241,47 +285,14 @@ impl super::Model for RopeEncoder {
     }
 }
 
-impl Config {
-    fn shape(&self) -> Result<Shape<'_>> {
-        Ok(Shape {
-            vocab_size: self.vocab_size,
-            hidden: self.hidden_size,
-            layers: self.num_hidden_layers,
-            heads: self.num_attention_heads,
-            intermediate: self.intermediate_size,
-            type_vocab_size: self.type_vocab_size,
-            eps: self.layer_norm_eps,
-            hidden_act: &self.hidden_act,
-            max_positions: self.max_position_embeddings,
-            rope_theta: super::decoder::rope_theta(
-                self.rope_parameters.as_ref(),
-                self.rope_scaling.as_ref(),
-                "full_attention",
-                self.rope_theta,
-                20_000.0,
-            )?,
-            feedforward: Feedforward::Plain,
-        })
-    }
-}
-
 impl super::Config for Config {
-    fn hidden_size(&self) -> usize {
-        self.hidden_size
+    fn dims(&self) -> super::Dims {
+        self.encoder.dims(&JINA)
     }
-    fn max_position_embeddings(&self) -> usize {
-        self.max_position_embeddings
-    }
-    fn vocab_size(&self) -> usize {
-        self.vocab_size
-    }
-    fn pad_token_id(&self) -> u32 {
-        self.pad_token_id
+    fn fill_defaults(&mut self) {
+        self.encoder.fill(&JINA);
     }
     fn load(&self, vb: VarBuilder) -> Result<Box<dyn super::Model>> {
-        Ok(Box::new(load(vb, &self.shape()?)?))
-    }
-    fn restore(&self, prepared: serde_json::Value) -> Result<Box<dyn super::Model>> {
-        super::restore::<RopeEncoder>(prepared)
+        Ok(Box::new(load(vb, &self.encoder.shape(&JINA)?)?))
     }
 }

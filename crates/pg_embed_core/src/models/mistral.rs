@@ -1,33 +1,27 @@
 //! Mistral (e5-mistral-7b-instruct, SFR-Embedding-Mistral, Linq-Embed-Mistral; Mistral
 //! sequence classifiers): transformers' `MistralModel`, Llama's layers without biases and,
 //! when config.json names a `sliding_window`, every layer attending to that many tokens
-//! (the query and the ones before it), on the decoder family's backbone (`decoder.rs`).
+//! (the query and the ones before it), on the rotary decoders' backbone (`decoder.rs`).
 
 use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
-use super::decoder;
-use super::llama::{Defaults, Fields};
+use super::decoder::{self, Defaults, Fields};
 use crate::error::Result;
 
 /// `transformers.MistralConfig`'s defaults.
 const MISTRAL: Defaults = Defaults {
-    vocab_size: 32000,
-    hidden_size: 4096,
     intermediate_size: 14336,
-    num_hidden_layers: 32,
-    num_attention_heads: 32,
     num_key_value_heads: Some(8),
     max_position_embeddings: 4096 * 32,
-    rms_norm_eps: 1e-6,
-    pad_token_id: None,
+    ..super::llama::LLAMA
 };
 
-/// `transformers.MistralConfig`: Llama's fields and the sliding window (null: none).
+/// `transformers.MistralConfig`: the decoders' fields and the sliding window (null: none).
 #[derive(Debug, Clone, Deserialize, Serialize)]
 pub struct Config {
     #[serde(flatten)]
-    pub llama: Fields,
+    pub decoder: Fields,
     #[serde(default = "window")]
     pub sliding_window: Option<usize>,
 }
@@ -37,24 +31,23 @@ fn window() -> Option<usize> {
 }
 
 impl super::Config for Config {
-    fn hidden_size(&self) -> usize {
-        self.llama.hidden(&MISTRAL)
+    fn dims(&self) -> super::Dims {
+        self.decoder.dims(&MISTRAL)
     }
-    fn max_position_embeddings(&self) -> usize {
-        self.llama.positions(&MISTRAL)
-    }
-    fn vocab_size(&self) -> usize {
-        self.llama.vocab(&MISTRAL)
-    }
-    fn pad_token_id(&self) -> u32 {
-        self.llama.pad(&MISTRAL)
+    fn fill_defaults(&mut self) {
+        self.decoder.fill(&MISTRAL);
     }
     fn load(&self, vb: VarBuilder) -> Result<Box<dyn super::Model>> {
+        let window = decoder::causal_window(self.sliding_window)?;
+        let spec = self.decoder.spec(&MISTRAL)?;
         // MistralAttention has no biases whatever the config says.
-        let fields = Fields { attention_bias: false, mlp_bias: false, ..self.llama.clone() };
-        Ok(Box::new(decoder::load(vb, &fields.spec(&MISTRAL, true, self.sliding_window)?)?))
-    }
-    fn restore(&self, prepared: serde_json::Value) -> Result<Box<dyn super::Model>> {
-        super::restore::<decoder::Model>(prepared)
+        let spec = decoder::Spec {
+            qkv_bias: false,
+            o_bias: false,
+            mlp_bias: false,
+            sliding: window.map(|w| (vec![true; spec.layers], w, spec.rope_theta)),
+            ..spec
+        };
+        Ok(Box::new(decoder::load(vb, &spec)?))
     }
 }

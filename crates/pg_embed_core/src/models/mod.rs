@@ -1,7 +1,21 @@
 //! Backbones: one architecture per file, each with a serde `Config` (implementing
-//! [`Config`]), `load(vb, &cfg)` and a [`Model`] whose forward pass takes a packed batch
-//! and returns the hidden states of its tokens. Architecture dispatch is the one table
-//! [`ARCHITECTURES`]: adding an architecture is its file and one row here.
+//! [`Config`]: its [`Dims`] and `load`), `load(vb, &cfg)` and a [`Model`] whose forward
+//! pass takes a packed batch and returns the hidden states of its tokens. Architecture
+//! dispatch is the one table [`ARCHITECTURES`], a row per `model_type`: how to parse its
+//! config.json and which [`Model`] the prepared file restores. What several files share:
+//! `checks.rs` (the config checks and refusals of every architecture), `encoder.rs` (the
+//! BERT family's embeddings and layers), `decoder.rs` (the rotary decoders' backbone and
+//! config), `rotary.rs` (the one reader of rotary settings), `vision.rs` (the ViT-style
+//! towers), `jina_embeddings_v3.rs` (the rotary encoders, GTE's too).
+//!
+//! Adding an architecture: its file, `<model_type>.rs`, with the `Config` transformers
+//! saves (serde defaults, or a family's [`decoder::Defaults`] table filled in by
+//! `fill_defaults`), checked with `checks.rs` before anything is allocated, its `load` and
+//! its `Model`'s `forward` (on `crate::layers` over packed tokens); its row
+//! `row::<x::Config, x::Model>("model_type")` in [`ARCHITECTURES`]; a tiny random
+//! checkpoint with transformers' outputs, made by a fixture script in scripts/
+//! (`gen_family_fixtures.py`, `gen_decoder_fixtures.py`, ...); and a golden
+//! test comparing the two.
 
 use candle_core::Tensor;
 use candle_nn::VarBuilder;
@@ -14,6 +28,7 @@ use crate::error::{Error, Result};
 use crate::pooling::PoolingMode;
 
 pub mod bert;
+pub mod checks;
 pub mod clip;
 pub mod clip_model;
 pub mod clip_vision;
@@ -38,6 +53,7 @@ pub mod nomic_bert;
 pub mod qwen2;
 pub mod qwen3;
 pub mod roberta;
+pub mod rotary;
 pub mod siglip;
 pub mod siglip2_vision;
 pub mod siglip_text;
@@ -223,15 +239,44 @@ pub trait Model: Send + Sync + Prepare {
     }
 }
 
-/// What the pipeline needs to know of an architecture's config.json.
-pub trait Config: Send + Sync {
-    fn hidden_size(&self) -> usize;
-    /// The longest input the position embeddings allow, in tokens.
-    fn max_position_embeddings(&self) -> usize;
+/// The sizes the pipeline reads of a config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dims {
+    pub hidden_size: usize,
+    /// The longest input the position embeddings allow, in tokens (an image model: the
+    /// tokens of an image at the trained size).
+    pub max_positions: usize,
+    /// The token side of a model that takes text; None for an image model.
+    pub text: Option<TextDims>,
+}
+
+/// What a text model's config says of its tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TextDims {
     /// Rows of the token embedding (the backbone checks them against the checkpoint).
-    fn vocab_size(&self) -> usize;
+    pub vocab_size: usize,
     /// The token id batches are padded with when the tokenizer names none.
-    fn pad_token_id(&self) -> u32;
+    pub pad_token_id: u32,
+}
+
+impl Dims {
+    pub fn text(hidden_size: usize, max_positions: usize, vocab_size: usize, pad_token_id: u32) -> Self {
+        Dims { hidden_size, max_positions, text: Some(TextDims { vocab_size, pad_token_id }) }
+    }
+
+    /// An image model's: no vocabulary, no padding.
+    pub fn image(hidden_size: usize, max_positions: usize) -> Self {
+        Dims { hidden_size, max_positions, text: None }
+    }
+}
+
+/// What the pipeline needs to know of an architecture's config.json (how to restore its
+/// backbone from the prepared file is the architecture's row in [`ARCHITECTURES`]).
+pub trait Config: Send + Sync {
+    fn dims(&self) -> Dims;
+    /// Fills in, after parsing, what config.json left out and the family defaults, so that
+    /// the summary shows it (`BackboneConfig::summary`); most configs have serde fill them.
+    fn fill_defaults(&mut self) {}
     /// Pooling when neither sentence-transformers' files nor the options name one.
     fn default_pooling(&self) -> PoolingMode {
         PoolingMode::Mean
@@ -241,8 +286,6 @@ pub trait Config: Send + Sync {
         Modality::Text
     }
     fn load(&self, vb: VarBuilder) -> Result<Box<dyn Model>>;
-    /// The backbone [`Model::prepared`] described, its buffers in a mapped prepared file.
-    fn restore(&self, prepared: serde_json::Value) -> Result<Box<dyn Model>>;
 }
 
 /// A backbone's weights as the prepared file describes them (every serializable model has it).
@@ -262,65 +305,82 @@ impl Serialize for dyn Model {
     }
 }
 
-/// A backbone of type `M` from its description (see [`Config::restore`]).
-pub(crate) fn restore<M: Model + DeserializeOwned + 'static>(prepared: serde_json::Value) -> Result<Box<dyn Model>> {
+/// A backbone of type `M` from its description ([`Model::prepared`]), its buffers in a
+/// mapped prepared file.
+pub(crate) fn restore<M: Model + DeserializeOwned + 'static>(
+    prepared: serde_json::Value,
+) -> Result<Box<dyn Model>> {
     let model: M = serde_json::from_value(prepared)
         .map_err(|e| Error::invalid_file("prepared weights", format!("cannot restore the backbone: {e}")))?;
     Ok(Box::new(model))
 }
 
-/// One row of the architecture table: config.json's `model_type` and how to parse it.
+type Restore = fn(serde_json::Value) -> Result<Box<dyn Model>>;
+
+/// One row of the architecture table: config.json's `model_type`, how to parse it (as a
+/// [`Config`]) and how to restore its backbone from the prepared file.
 pub struct Architecture {
     pub model_type: &'static str,
     parse: fn(&[u8]) -> serde_json::Result<(Box<dyn Config>, serde_json::Value)>,
+    restore: Restore,
+}
+
+/// The row of `model_type`: config.json parsed as `C`, the backbone a `M`.
+const fn row<C, M>(model_type: &'static str) -> Architecture
+where
+    C: Config + DeserializeOwned + Serialize + 'static,
+    M: Model + DeserializeOwned + 'static,
+{
+    Architecture { model_type, parse: parse_as::<C>, restore: restore::<M> }
 }
 
 fn parse_as<C: Config + DeserializeOwned + serde::Serialize + 'static>(
     bytes: &[u8],
 ) -> serde_json::Result<(Box<dyn Config>, serde_json::Value)> {
-    let config: C = serde_json::from_slice(bytes)?;
+    let mut config: C = serde_json::from_slice(bytes)?;
+    config.fill_defaults();
     let summary = serde_json::to_value(&config)?;
     Ok((Box::new(config), summary))
 }
 
 /// Every supported architecture, by `model_type`.
 pub const ARCHITECTURES: &[Architecture] = &[
-    Architecture { model_type: "bert", parse: parse_as::<bert::Config> },
-    Architecture { model_type: "camembert", parse: parse_as::<roberta::Config> },
-    Architecture { model_type: "clip", parse: parse_as::<clip_model::Config> },
-    Architecture { model_type: "clip_text_model", parse: parse_as::<clip::Config> },
-    Architecture { model_type: "clip_vision_model", parse: parse_as::<clip_vision::Config> },
-    Architecture { model_type: "deberta-v2", parse: parse_as::<deberta_v2::Config> },
-    Architecture { model_type: "dinov2", parse: parse_as::<dinov2::Config> },
-    Architecture { model_type: "dinov3_vit", parse: parse_as::<dinov3::Config> },
-    Architecture { model_type: "distilbert", parse: parse_as::<distilbert::Config> },
-    Architecture { model_type: "electra", parse: parse_as::<electra::Config> },
-    Architecture { model_type: "eurobert", parse: parse_as::<eurobert::Config> },
-    Architecture { model_type: "gemma2", parse: parse_as::<gemma2::Config> },
-    Architecture { model_type: "gemma3_text", parse: parse_as::<gemma3::Config> },
-    Architecture { model_type: "gpt2", parse: parse_as::<gpt2::Config> },
-    Architecture { model_type: "gte", parse: parse_as::<gte::Config> },
-    Architecture { model_type: "jina_embeddings_v3", parse: parse_as::<jina_embeddings_v3::Config> },
-    Architecture { model_type: "llama", parse: parse_as::<llama::Config> },
-    Architecture { model_type: "mistral", parse: parse_as::<mistral::Config> },
-    Architecture { model_type: "modernbert", parse: parse_as::<modernbert::Config> },
-    Architecture { model_type: "mpnet", parse: parse_as::<mpnet::Config> },
+    row::<bert::Config, bert::Model>("bert"),
+    row::<roberta::Config, roberta::Model>("camembert"),
+    row::<clip_model::Config, clip_model::Model>("clip"),
+    row::<clip::Config, clip::Model>("clip_text_model"),
+    row::<clip_vision::Config, clip_vision::Model>("clip_vision_model"),
+    row::<deberta_v2::Config, deberta_v2::Model>("deberta-v2"),
+    row::<dinov2::Config, dinov2::Model>("dinov2"),
+    row::<dinov3::Config, dinov3::Model>("dinov3_vit"),
+    row::<distilbert::Config, distilbert::Model>("distilbert"),
+    row::<electra::Config, electra::Model>("electra"),
+    row::<eurobert::Config, decoder::Model>("eurobert"),
+    row::<gemma2::Config, decoder::Model>("gemma2"),
+    row::<gemma3::Config, decoder::Model>("gemma3_text"),
+    row::<gpt2::Config, gpt2::Model>("gpt2"),
+    row::<gte::Config, jina_embeddings_v3::RopeEncoder>("gte"),
+    row::<jina_embeddings_v3::Config, jina_embeddings_v3::RopeEncoder>("jina_embeddings_v3"),
+    row::<llama::Config, decoder::Model>("llama"),
+    row::<mistral::Config, decoder::Model>("mistral"),
+    row::<modernbert::Config, modernbert::Model>("modernbert"),
+    row::<mpnet::Config, mpnet::Model>("mpnet"),
     // Alibaba-NLP's GTE checkpoints as published (transformers maps them to "gte").
-    Architecture { model_type: "new", parse: parse_as::<gte::Config> },
-    Architecture { model_type: "nomic_bert", parse: parse_as::<nomic_bert::Config> },
-    Architecture { model_type: "qwen2", parse: parse_as::<qwen2::Config> },
-    Architecture { model_type: "qwen3", parse: parse_as::<qwen3::Config> },
-    Architecture { model_type: "roberta", parse: parse_as::<roberta::Config> },
-    Architecture { model_type: "siglip", parse: parse_as::<siglip::Config<siglip_vision::Config>> },
-    Architecture { model_type: "siglip2", parse: parse_as::<siglip::Config<siglip2_vision::Config>> },
-    Architecture { model_type: "siglip2_text_model", parse: parse_as::<siglip_text::Config> },
-    Architecture { model_type: "siglip2_vision_model", parse: parse_as::<siglip2_vision::Config> },
-    Architecture { model_type: "siglip_text_model", parse: parse_as::<siglip_text::Config> },
-    Architecture { model_type: "siglip_vision_model", parse: parse_as::<siglip_vision::Config> },
-    Architecture { model_type: "t5", parse: parse_as::<t5::Config> },
-    Architecture { model_type: "vit", parse: parse_as::<vit::Config> },
-    Architecture { model_type: "xlm-roberta", parse: parse_as::<roberta::Config> },
-    Architecture { model_type: "xlnet", parse: parse_as::<xlnet::Config> },
+    row::<gte::Config, jina_embeddings_v3::RopeEncoder>("new"),
+    row::<nomic_bert::Config, nomic_bert::Model>("nomic_bert"),
+    row::<qwen2::Config, decoder::Model>("qwen2"),
+    row::<qwen3::Config, decoder::Model>("qwen3"),
+    row::<roberta::Config, roberta::Model>("roberta"),
+    row::<siglip::Config<siglip_vision::Config>, siglip::Model<siglip_vision::Model>>("siglip"),
+    row::<siglip::Config<siglip2_vision::Config>, siglip::Model<siglip2_vision::Model>>("siglip2"),
+    row::<siglip_text::Config, siglip_text::Model>("siglip2_text_model"),
+    row::<siglip2_vision::Config, siglip2_vision::Model>("siglip2_vision_model"),
+    row::<siglip_text::Config, siglip_text::Model>("siglip_text_model"),
+    row::<siglip_vision::Config, siglip_vision::Model>("siglip_vision_model"),
+    row::<t5::Config, t5::Model>("t5"),
+    row::<vit::Config, vit::Model>("vit"),
+    row::<roberta::Config, roberta::Model>("xlm-roberta"),
+    row::<xlnet::Config, xlnet::Model>("xlnet"),
 ];
 
 /// The supported `model_type`s, for messages.
@@ -333,6 +393,7 @@ pub fn supported() -> &'static str {
 pub struct BackboneConfig {
     architecture: &'static str,
     config: Box<dyn Config>,
+    restore: Restore,
     /// The config as parsed (transformers' field names, defaults filled in), for model_info.
     summary: serde_json::Value,
 }
@@ -355,7 +416,7 @@ impl BackboneConfig {
             });
         };
         let (config, summary) = (row.parse)(bytes).map_err(|e| Error::invalid_file(path, e))?;
-        Ok(BackboneConfig { architecture: row.model_type, config, summary })
+        Ok(BackboneConfig { architecture: row.model_type, config, restore: row.restore, summary })
     }
 
     /// A static embedding model (no config.json): the table's shape from the safetensors
@@ -363,7 +424,8 @@ impl BackboneConfig {
     pub fn static_embedding(dir: &std::path::Path, architecture: &'static str) -> Result<Self> {
         let config = static_embedding::Config::read(dir)?;
         let summary = serde_json::to_value(&config).map_err(|e| Error::invalid_file(dir, e))?;
-        Ok(BackboneConfig { architecture, config: Box::new(config), summary })
+        let restore = restore::<static_embedding::Model>;
+        Ok(BackboneConfig { architecture, config: Box::new(config), restore, summary })
     }
 
     /// config.json's `model_type`.
@@ -376,19 +438,22 @@ impl BackboneConfig {
     }
 
     pub fn hidden_size(&self) -> usize {
-        self.config.hidden_size()
+        self.config.dims().hidden_size
     }
 
     pub fn max_position_embeddings(&self) -> usize {
-        self.config.max_position_embeddings()
+        self.config.dims().max_positions
     }
 
+    /// Rows of the token embedding; 0 for an image model (no tokens).
     pub fn vocab_size(&self) -> usize {
-        self.config.vocab_size()
+        self.config.dims().text.map_or(0, |t| t.vocab_size)
     }
 
+    /// The token id batches are padded with when the tokenizer names none; 0 for an image
+    /// model (never padded).
     pub fn pad_token_id(&self) -> u32 {
-        self.config.pad_token_id()
+        self.config.dims().text.map_or(0, |t| t.pad_token_id)
     }
 
     pub fn default_pooling(&self) -> PoolingMode {
@@ -403,8 +468,9 @@ impl BackboneConfig {
         self.config.load(vb)
     }
 
+    /// The backbone [`Model::prepared`] described, its buffers in a mapped prepared file.
     pub fn restore(&self, prepared: serde_json::Value) -> Result<Box<dyn Model>> {
-        self.config.restore(prepared)
+        (self.restore)(prepared)
     }
 }
 

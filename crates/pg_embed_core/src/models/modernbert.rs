@@ -9,9 +9,10 @@ use std::collections::BTreeMap;
 use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
-use super::encoder::{
-    bad_weights, check_eps, check_heads, check_positions, check_rope_theta, unsupported, MAX_POSITIONS,
+use super::checks::{
+    bad_weights, check_eps, check_heads, check_positions, unsupported, MAX_POSITIONS,
 };
+use super::rotary;
 use crate::error::{Error, Result};
 use crate::layers;
 
@@ -51,7 +52,7 @@ pub struct Config {
     #[serde(default = "d::global_attn_every_n_layers")]
     pub global_attn_every_n_layers: usize,
     #[serde(default)]
-    pub rope_parameters: Option<BTreeMap<String, RopeParameters>>,
+    pub rope_parameters: Option<BTreeMap<String, rotary::Parameters>>,
     #[serde(default)]
     pub global_rope_theta: Option<f64>,
     #[serde(default)]
@@ -63,14 +64,6 @@ pub struct Config {
     pub classifier_bias: bool,
     #[serde(default = "d::gelu")]
     pub classifier_activation: String,
-}
-
-#[derive(Debug, Clone, Deserialize, Serialize)]
-pub struct RopeParameters {
-    #[serde(default)]
-    pub rope_type: Option<String>,
-    #[serde(default)]
-    pub rope_theta: Option<f64>,
 }
 
 mod d {
@@ -132,15 +125,11 @@ impl Config {
         Ok(n)
     }
 
-    /// (rope_type, theta) of "full_attention" or "sliding_attention".
+    /// The rotary base of "full_attention" or "sliding_attention" layers: its
+    /// `rope_parameters` entry, else the Hub's key (`legacy`), else `default`.
     fn rope_theta(&self, kind: &str, legacy: Option<f64>, default: f64) -> Result<f64> {
-        let params = self.rope_parameters.as_ref().and_then(|p| p.get(kind));
-        if let Some(rope_type) = params.and_then(|p| p.rope_type.as_deref()).filter(|t| *t != "default") {
-            return Err(unsupported("rope_type", rope_type, "default"));
-        }
-        let theta = params.and_then(|p| p.rope_theta).or(legacy).unwrap_or(default);
-        check_rope_theta(&format!("rope_theta of {kind}"), theta)?;
-        Ok(theta)
+        let own = rotary::Settings::of(self.rope_parameters.as_ref().and_then(|p| p.get(kind)));
+        rotary::theta(own, None, &format!("rope_theta of {kind}"), legacy, default)
     }
 }
 
@@ -273,23 +262,11 @@ impl Model {
 }
 
 impl super::Config for Config {
-    fn hidden_size(&self) -> usize {
-        self.hidden_size
-    }
-    fn max_position_embeddings(&self) -> usize {
-        self.max_position_embeddings
-    }
-    fn vocab_size(&self) -> usize {
-        self.vocab_size
-    }
-    fn pad_token_id(&self) -> u32 {
-        self.pad_token_id
+    fn dims(&self) -> super::Dims {
+        super::Dims::text(self.hidden_size, self.max_position_embeddings, self.vocab_size, self.pad_token_id)
     }
     fn load(&self, vb: VarBuilder) -> Result<Box<dyn super::Model>> {
         Ok(Box::new(load(vb, self)?))
-    }
-    fn restore(&self, prepared: serde_json::Value) -> Result<Box<dyn super::Model>> {
-        super::restore::<Model>(prepared)
     }
 }
 

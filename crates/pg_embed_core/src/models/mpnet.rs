@@ -9,7 +9,8 @@ use candle_nn::VarBuilder;
 use crate::layers::{Linear, RelativeBias};
 use serde::{Deserialize, Serialize};
 
-use super::encoder::{bad_weights, check_buckets, renamed, with_prefix, Encoder, Positions, Spec};
+use super::checks::{bad_weights, check_buckets, with_prefix};
+use super::encoder::{renamed, Encoder, Positions, Spec};
 use crate::error::Result;
 
 use super::Batch;
@@ -132,24 +133,17 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
 }
 
 impl super::Config for Config {
-    fn hidden_size(&self) -> usize {
-        self.hidden_size
+    fn dims(&self) -> super::Dims {
+        super::Dims::text(
+            self.hidden_size,
+            self.max_position_embeddings.saturating_sub(self.pad_token_id as usize + 1),
+            self.vocab_size,
+            self.pad_token_id,
+        )
     }
     // RoBERTa-style positions: the first pad_token_id + 1 are never used by text.
-    fn max_position_embeddings(&self) -> usize {
-        self.max_position_embeddings.saturating_sub(self.pad_token_id as usize + 1)
-    }
-    fn vocab_size(&self) -> usize {
-        self.vocab_size
-    }
-    fn pad_token_id(&self) -> u32 {
-        self.pad_token_id
-    }
     fn load(&self, vb: VarBuilder) -> Result<Box<dyn super::Model>> {
         Ok(Box::new(load(vb, self)?))
-    }
-    fn restore(&self, prepared: serde_json::Value) -> Result<Box<dyn super::Model>> {
-        super::restore::<Model>(prepared)
     }
 }
 

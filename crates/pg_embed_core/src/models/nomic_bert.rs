@@ -8,7 +8,8 @@
 use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
-use super::encoder::{bad_weights, check_eps, check_heads, check_rope_theta, unsupported};
+use super::checks::{bad_weights, check_eps, check_heads, unsupported};
+use super::rotary;
 use crate::error::Result;
 use crate::layers::{self, Activation};
 use crate::weights;
@@ -40,7 +41,7 @@ pub struct Config {
     #[serde(default)]
     pub head_dim: Option<usize>,
     #[serde(default)]
-    pub rope_parameters: Option<RopeParameters>,
+    pub rope_parameters: Option<rotary::Parameters>,
     /// nomic-ai's name for the rotary base.
     #[serde(default)]
     pub rotary_emb_base: Option<f64>,
@@ -60,14 +61,6 @@ pub struct Config {
     pub rotary_scaling_factor: Option<f64>,
     #[serde(default)]
     pub causal: Option<bool>,
-}
-
-#[derive(Debug, Clone, Deserialize, Serialize)]
-pub struct RopeParameters {
-    #[serde(default)]
-    pub rope_type: Option<String>,
-    #[serde(default)]
-    pub rope_theta: Option<f64>,
 }
 
 mod d {
@@ -109,7 +102,7 @@ pub struct Model {
 }
 
 impl Config {
-    fn check(&self) -> Result<(Activation, f64)> {
+    fn check(&self) -> Result<Activation> {
         let act = match self.hidden_act.as_str() {
             // nomic-ai's "swiglu" is SiLU on the gate.
             "silu" | "swish" | "swiglu" => Activation::Silu,
@@ -149,26 +142,17 @@ impl Config {
                 "the published nomic-embed-text settings: rotary_emb_fraction 1.0, head_dim hidden_size / heads, the others false or null",
             ));
         }
-        if let Some(t) =
-            self.rope_parameters.as_ref().and_then(|p| p.rope_type.as_deref()).filter(|t| *t != "default")
-        {
-            return Err(unsupported("rope_type", t, "default"));
-        }
-        let theta = self
-            .rope_parameters
-            .as_ref()
-            .and_then(|p| p.rope_theta)
-            .or(self.rotary_emb_base)
-            .unwrap_or(1000.0);
-        Ok((act, theta))
+        Ok(act)
     }
 }
 
 pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
-    let (act, theta) = cfg.check()?;
+    let act = cfg.check()?;
     check_heads(cfg.hidden_size, cfg.num_attention_heads)?;
     check_eps("layer_norm_eps", cfg.layer_norm_eps)?;
-    check_rope_theta("rope_theta", theta)?;
+    // nomic-ai's `rotary_emb_base` is the Hub's key for the base.
+    let own = rotary::Settings::of(cfg.rope_parameters.as_ref());
+    let theta = rotary::theta(own, None, "rope_theta", cfg.rotary_emb_base, 1000.0)?;
     let (h, ff) = (cfg.hidden_size, cfg.intermediate_size);
     let head_dim = h / cfg.num_attention_heads;
     let eps = cfg.layer_norm_eps;
@@ -277,24 +261,12 @@ impl Model {
 }
 
 impl super::Config for Config {
-    fn hidden_size(&self) -> usize {
-        self.hidden_size
-    }
-    fn max_position_embeddings(&self) -> usize {
+    fn dims(&self) -> super::Dims {
         // Rotary positions: the config's length is what the model was trained for.
-        self.max_position_embeddings
-    }
-    fn vocab_size(&self) -> usize {
-        self.vocab_size
-    }
-    fn pad_token_id(&self) -> u32 {
-        self.pad_token_id
+        super::Dims::text(self.hidden_size, self.max_position_embeddings, self.vocab_size, self.pad_token_id)
     }
     fn load(&self, vb: VarBuilder) -> Result<Box<dyn super::Model>> {
         Ok(Box::new(load(vb, self)?))
-    }
-    fn restore(&self, prepared: serde_json::Value) -> Result<Box<dyn super::Model>> {
-        super::restore::<Model>(prepared)
     }
 }
 

@@ -5,7 +5,8 @@ use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
 use super::bert;
-use super::encoder::{with_prefix, Encoder, Positions};
+use super::checks::with_prefix;
+use super::encoder::{Encoder, Positions};
 use crate::error::Result;
 
 /// `transformers.RobertaConfig` / `XLMRobertaConfig`
@@ -37,24 +38,13 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
 }
 
 impl super::Config for Config {
-    fn hidden_size(&self) -> usize {
-        self.bert.hidden_size
-    }
-    fn max_position_embeddings(&self) -> usize {
+    fn dims(&self) -> super::Dims {
         // RoBERTa's first padding_idx + 1 positions are never used by text.
-        self.bert.max_position_embeddings.saturating_sub(self.pad_token_id as usize + 1)
-    }
-    fn vocab_size(&self) -> usize {
-        self.bert.vocab_size
-    }
-    fn pad_token_id(&self) -> u32 {
-        self.pad_token_id
+        let positions = self.bert.max_position_embeddings.saturating_sub(self.pad_token_id as usize + 1);
+        super::Dims::text(self.bert.hidden_size, positions, self.bert.vocab_size, self.pad_token_id)
     }
     fn load(&self, vb: VarBuilder) -> Result<Box<dyn super::Model>> {
         Ok(Box::new(load(vb, self)?))
-    }
-    fn restore(&self, prepared: serde_json::Value) -> Result<Box<dyn super::Model>> {
-        super::restore::<Model>(prepared)
     }
 }
 

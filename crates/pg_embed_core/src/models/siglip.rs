@@ -10,7 +10,7 @@ use candle_nn::VarBuilder;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use super::encoder::bad_weights;
+use super::checks::bad_weights;
 use super::{siglip2_vision, siglip_text, siglip_vision, Batch, Modality};
 use crate::error::{Error, Result};
 use crate::pooling::PoolingMode;
@@ -111,29 +111,14 @@ pub fn load<V: VisionConfig>(vb: VarBuilder, cfg: &Config<V>) -> Result<Model<V:
 }
 
 impl<V: VisionConfig> super::Config for Config<V> {
-    fn hidden_size(&self) -> usize {
+    fn dims(&self) -> super::Dims {
         if self.image_only() {
-            self.vision_config.hidden_size()
+            self.vision_config.dims()
         } else {
-            self.text_config.hidden_size
+            let text = &self.text_config;
+            let (vocab, pad) = (text.vocab_size, text.pad_token_id);
+            super::Dims::text(text.hidden_size, text.max_position_embeddings, vocab, pad)
         }
-    }
-    fn max_position_embeddings(&self) -> usize {
-        if self.image_only() {
-            self.vision_config.max_position_embeddings()
-        } else {
-            self.text_config.max_position_embeddings
-        }
-    }
-    fn vocab_size(&self) -> usize {
-        if self.image_only() {
-            0
-        } else {
-            self.text_config.vocab_size
-        }
-    }
-    fn pad_token_id(&self) -> u32 {
-        self.text_config.pad_token_id
     }
     fn default_pooling(&self) -> PoolingMode {
         if self.image_only() {
@@ -151,9 +136,6 @@ impl<V: VisionConfig> super::Config for Config<V> {
     }
     fn load(&self, vb: VarBuilder) -> Result<Box<dyn super::Model>> {
         Ok(Box::new(load(vb, self)?))
-    }
-    fn restore(&self, prepared: serde_json::Value) -> Result<Box<dyn super::Model>> {
-        super::restore::<Model<V::Tower>>(prepared)
     }
 }
 

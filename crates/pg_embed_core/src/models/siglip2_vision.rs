@@ -13,7 +13,7 @@
 use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
-use super::encoder::bad_weights;
+use super::checks::bad_weights;
 use super::siglip_vision::{self, Encoder, EncoderShape};
 use super::{Modality, Pixels};
 use crate::error::Result;
@@ -231,18 +231,9 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
 }
 
 impl super::Config for Config {
-    fn hidden_size(&self) -> usize {
-        self.hidden_size
-    }
     /// The trained grid's patches (images may have other grids).
-    fn max_position_embeddings(&self) -> usize {
-        self.num_patches
-    }
-    fn vocab_size(&self) -> usize {
-        0
-    }
-    fn pad_token_id(&self) -> u32 {
-        0
+    fn dims(&self) -> super::Dims {
+        super::Dims::image(self.hidden_size, self.num_patches)
     }
     fn default_pooling(&self) -> PoolingMode {
         if self.vision_use_head {
@@ -256,9 +247,6 @@ impl super::Config for Config {
     }
     fn load(&self, vb: VarBuilder) -> Result<Box<dyn super::Model>> {
         Ok(Box::new(load(vb, self)?))
-    }
-    fn restore(&self, prepared: serde_json::Value) -> Result<Box<dyn super::Model>> {
-        super::restore::<Model>(prepared)
     }
 }
 

@@ -9,7 +9,7 @@ use candle_core::Tensor;
 use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
-use super::encoder::{bad_weights, check_heads};
+use super::checks::{bad_weights, check_heads};
 use super::vision::{self, EmbeddingNames, Grid, Shape, StackShape};
 use super::{Batch, Modality, Pixels};
 use crate::error::Result;
@@ -190,7 +190,7 @@ impl Encoder {
     /// The encoder under the tower's `root`.
     pub fn load(root: &VarBuilder, shape: &EncoderShape) -> Result<Self> {
         check_heads(shape.hidden, shape.heads)?;
-        let act = vision::activation("hidden_act", shape.hidden_act)?;
+        let act = super::checks::activation("hidden_act", shape.hidden_act)?;
         let (h, eps) = (shape.hidden, shape.eps);
         let load = || -> candle_core::Result<Encoder> {
             let stack = vision::pre_norm_stack(
@@ -294,17 +294,8 @@ impl Config {
 }
 
 impl super::Config for Config {
-    fn hidden_size(&self) -> usize {
-        self.hidden_size
-    }
-    fn max_position_embeddings(&self) -> usize {
-        vision::trained_patches(self.image_size, self.patch_size)
-    }
-    fn vocab_size(&self) -> usize {
-        0
-    }
-    fn pad_token_id(&self) -> u32 {
-        0
+    fn dims(&self) -> super::Dims {
+        super::Dims::image(self.hidden_size, vision::trained_patches(self.image_size, self.patch_size))
     }
     /// `get_image_features`: the attention-pooling head; the mean of the tokens without it.
     fn default_pooling(&self) -> PoolingMode {
@@ -319,9 +310,6 @@ impl super::Config for Config {
     }
     fn load(&self, vb: VarBuilder) -> Result<Box<dyn super::Model>> {
         Ok(Box::new(load(vb, self)?))
-    }
-    fn restore(&self, prepared: serde_json::Value) -> Result<Box<dyn super::Model>> {
-        super::restore::<Model>(prepared)
     }
 }
 

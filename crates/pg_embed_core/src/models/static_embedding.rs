@@ -66,19 +66,10 @@ pub struct Model {
 }
 
 impl super::Config for Config {
-    fn hidden_size(&self) -> usize {
-        self.hidden_size
-    }
-    /// No position embeddings: any number of tokens.
-    fn max_position_embeddings(&self) -> usize {
-        usize::MAX
-    }
-    fn vocab_size(&self) -> usize {
-        self.vocab_size
-    }
-    /// No padding is ever needed (and the table may have no pad row).
-    fn pad_token_id(&self) -> u32 {
-        0
+    /// No position embeddings: any number of tokens. No padding is ever needed (and the
+    /// table may have no pad row).
+    fn dims(&self) -> super::Dims {
+        super::Dims::text(self.hidden_size, usize::MAX, self.vocab_size, 0)
     }
     fn default_pooling(&self) -> PoolingMode {
         PoolingMode::Mean
@@ -89,9 +80,6 @@ impl super::Config for Config {
             .and_then(|t| Embedding::from_tensor(&t))
             .map_err(|e| Error::invalid_file("model.safetensors", e))?;
         Ok(Box::new(Model { table }))
-    }
-    fn restore(&self, prepared: serde_json::Value) -> Result<Box<dyn super::Model>> {
-        super::restore::<Model>(prepared)
     }
 }
 

@@ -6,7 +6,7 @@
 use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
-use super::encoder::{bad_weights, check_buckets, check_eps, unsupported};
+use super::checks::{bad_weights, check_buckets, check_eps, unsupported};
 use crate::error::{Error, Result};
 use crate::layers::{self, Activation};
 use crate::weights;
@@ -215,25 +215,13 @@ impl Model {
 }
 
 impl super::Config for Config {
-    fn hidden_size(&self) -> usize {
-        self.d_model
-    }
-    fn max_position_embeddings(&self) -> usize {
+    fn dims(&self) -> super::Dims {
         // Relative positions: no table bounds the length; sentence-transformers' T5
         // models set their own max_seq_length.
-        512
-    }
-    fn vocab_size(&self) -> usize {
-        self.vocab_size
-    }
-    fn pad_token_id(&self) -> u32 {
-        self.pad_token_id
+        super::Dims::text(self.d_model, 512, self.vocab_size, self.pad_token_id)
     }
     fn load(&self, vb: VarBuilder) -> Result<Box<dyn super::Model>> {
         Ok(Box::new(load(vb, self)?))
-    }
-    fn restore(&self, prepared: serde_json::Value) -> Result<Box<dyn super::Model>> {
-        super::restore::<Model>(prepared)
     }
 }
 

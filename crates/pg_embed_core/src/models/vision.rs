@@ -225,12 +225,6 @@ impl Embeddings {
     }
 }
 
-/// The activation of a vision config's `hidden_act` (or `pooler_act`).
-pub fn activation(what: &'static str, name: &str) -> crate::error::Result<Activation> {
-    Activation::from_hidden_act(name)
-        .ok_or_else(|| super::encoder::unsupported(what, name, Activation::HIDDEN_ACT_NAMES))
-}
-
 /// The tokens of an image at the trained size: [CLS] and the trained grid.
 pub fn trained_tokens(image_size: usize, patch_size: usize) -> usize {
     let side = image_size / patch_size.max(1);

@@ -8,7 +8,7 @@ use candle_core::Tensor;
 use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
-use super::encoder::{bad_weights, check_heads, with_prefix};
+use super::checks::{bad_weights, check_heads, with_prefix};
 use super::vision::{self, Grid, LayerNames, Shape, StackShape};
 use super::{Batch, Modality};
 use crate::error::Result;
@@ -95,8 +95,8 @@ pub struct Model {
 
 pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
     check_heads(cfg.hidden_size, cfg.num_attention_heads)?;
-    let act = vision::activation("hidden_act", &cfg.hidden_act)?;
-    let pooler_act = vision::activation("pooler_act", &cfg.pooler_act)?;
+    let act = super::checks::activation("hidden_act", &cfg.hidden_act)?;
+    let pooler_act = super::checks::activation("pooler_act", &cfg.pooler_act)?;
     let h = cfg.hidden_size;
     // ViTForImageClassification keeps the backbone under "vit.".
     let vb = with_prefix(vb, &["", "vit."], "embeddings.cls_token");
@@ -149,17 +149,8 @@ const LAYERS: LayerNames = LayerNames {
 };
 
 impl super::Config for Config {
-    fn hidden_size(&self) -> usize {
-        self.hidden_size
-    }
-    fn max_position_embeddings(&self) -> usize {
-        vision::trained_tokens(self.image_size, self.patch_size)
-    }
-    fn vocab_size(&self) -> usize {
-        0
-    }
-    fn pad_token_id(&self) -> u32 {
-        0
+    fn dims(&self) -> super::Dims {
+        super::Dims::image(self.hidden_size, vision::trained_tokens(self.image_size, self.patch_size))
     }
     fn default_pooling(&self) -> PoolingMode {
         PoolingMode::Cls
@@ -169,9 +160,6 @@ impl super::Config for Config {
     }
     fn load(&self, vb: VarBuilder) -> Result<Box<dyn super::Model>> {
         Ok(Box::new(load(vb, self)?))
-    }
-    fn restore(&self, prepared: serde_json::Value) -> Result<Box<dyn super::Model>> {
-        super::restore::<Model>(prepared)
     }
 }
 

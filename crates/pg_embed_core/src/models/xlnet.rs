@@ -11,7 +11,7 @@ use std::cell::RefCell;
 use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
-use super::encoder::{bad_weights, check_eps, check_heads, unsupported, with_prefix, MAX_POSITIONS};
+use super::checks::{bad_weights, check_eps, check_heads, unsupported, with_prefix, MAX_POSITIONS};
 use crate::error::{Error, Result};
 use crate::layers::{self, Activation};
 use crate::prepared::Floats;
@@ -376,24 +376,12 @@ impl layers::ScoreTerm for Terms<'_> {
 }
 
 impl super::Config for Config {
-    fn hidden_size(&self) -> usize {
-        self.d_model
-    }
     /// XLNet has no position table: the tokenizer's model_max_length limits inputs.
-    fn max_position_embeddings(&self) -> usize {
-        MAX_POSITIONS
-    }
-    fn vocab_size(&self) -> usize {
-        self.vocab_size
-    }
-    fn pad_token_id(&self) -> u32 {
-        self.pad_token_id.unwrap_or(5)
+    fn dims(&self) -> super::Dims {
+        super::Dims::text(self.d_model, MAX_POSITIONS, self.vocab_size, self.pad_token_id.unwrap_or(5))
     }
     fn load(&self, vb: VarBuilder) -> Result<Box<dyn super::Model>> {
         Ok(Box::new(load(vb, self)?))
-    }
-    fn restore(&self, prepared: serde_json::Value) -> Result<Box<dyn super::Model>> {
-        super::restore::<Model>(prepared)
     }
 }
 
