@@ -15,9 +15,7 @@ use candle_nn::VarBuilder;
 use crate::error::{Error, Result};
 use crate::layers::{Linear, Norm};
 use crate::options::Precision;
-use crate::safetensors_io::read_header;
-// The models name it here (static_embedding).
-pub use crate::safetensors_io::safetensors_shapes;
+use crate::safetensors_io::{read_header, safetensors_shapes};
 
 /// Bytes the weights of the model directory `dir` take once prepared in `precision`: the
 /// size of the server's shared prepared file, and of the private copy the backend that

@@ -38,7 +38,7 @@ impl Config {
     /// The table's name and shape from the header of `dir`/model.safetensors.
     pub fn read(dir: &Path) -> Result<Self> {
         let path = dir.join("model.safetensors");
-        let header = crate::weights::safetensors_shapes(&path)?;
+        let header = crate::safetensors_io::safetensors_shapes(&path)?;
         if let Some(name) = UNSUPPORTED_TENSORS.iter().find(|n| header.contains_key(**n)) {
             return Err(Error::Unsupported {
                 what: "static model tensor",
