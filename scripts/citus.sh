@@ -35,7 +35,10 @@ node_env() { # node_env N command...: the command with scripts/env.sh pointed at
 
 find_tarball() {
     local t
-    for t in "${CITUS_TARBALL:-}" "$REPO/../shared/vendor/citus-$CITUS_VERSION.tar.gz"; do
+    # CITUS_TARBALL, else the vendored source beside the repository (../shared/vendor, as the
+    # design names it); a checkout elsewhere (CI's) finds the workplace's shared folder.
+    for t in "${CITUS_TARBALL:-}" "$REPO/../shared/vendor/citus-$CITUS_VERSION.tar.gz" \
+             "/work/shared/vendor/citus-$CITUS_VERSION.tar.gz"; do
         [ -n "$t" ] && [ -f "$t" ] && { echo "$t"; return 0; }
     done
     return 1
