@@ -212,3 +212,26 @@ fn eurobert_classifier_bos_pooling() {
 fn eurobert_classifier_mean_pooling() {
     check("eurobert_classify_mean");
 }
+
+/// A Llama config.json that leaves settings out (as hand-written and older configs do):
+/// `model_info`'s backbone shows the values transformers' LlamaConfig takes for them
+/// (its defaults: rms_norm_eps 1e-6, hidden_act "silu", attention_bias and mlp_bias false,
+/// max_position_embeddings 2048), not nulls.
+#[test]
+fn a_llama_config_without_settings_shows_transformers_defaults() {
+    let p = load_edited(&dir().join("llama_embed"), "llama_defaults", |cfg| {
+        let cfg = cfg.as_object_mut().unwrap();
+        for key in ["rms_norm_eps", "hidden_act", "attention_bias", "mlp_bias", "max_position_embeddings"] {
+            cfg.remove(key);
+        }
+    })
+    .unwrap();
+    let backbone = &p.info().backbone;
+    assert_eq!(backbone["rms_norm_eps"], serde_json::json!(1e-6), "{backbone:#}");
+    assert_eq!(backbone["hidden_act"], "silu", "{backbone:#}");
+    assert_eq!(backbone["attention_bias"], false, "{backbone:#}");
+    assert_eq!(backbone["mlp_bias"], false, "{backbone:#}");
+    assert_eq!(backbone["max_position_embeddings"], 2048, "{backbone:#}");
+    // What config.json does say is shown as it says it.
+    assert_eq!(backbone["hidden_size"], 32, "{backbone:#}");
+}
