@@ -117,13 +117,14 @@ class Crate:
             def scope(pos):
                 return module + ("<inline>",) * sum(1 for a, b in inline_at if a < pos < b)
 
-            found = []
+            found, use_spans = [], []
             for m in USE_RE.finditer(code):
+                use_spans.append(m.span())
                 for segs in expand(m.group(1)):
                     found.append((m.start(), segs))
-            used = set(p for p, _ in found)
             for m in PATH_RE.finditer(code):
-                if any(a <= m.start() < a + 1 for a in used):
+                # A path inside a `use` statement is read above, as its whole tree.
+                if any(a <= m.start() < b for a, b in use_spans):
                     continue
                 found.append((m.start(), re.sub(r"\s+", "", m.group(1)).split("::")))
             for pos, segs in found:
