@@ -12,6 +12,8 @@ Writes, beside the image inputs of ``tests/fixtures/images/inputs`` (made by
   ``SiglipImageProcessor`` (PIL backend);
 - ``siglip_vision/`` and ``siglip_text/``: the same weights as ``SiglipVisionModel`` and
   ``SiglipTextModel`` save them;
+- ``siglip_text_nomask/``: ``siglip_text``'s tower whose tokenizer passes no attention mask
+  (``model_input_names`` ``["input_ids"]``): transformers attends over the padding;
 - ``siglip_classify/``: a ``SiglipForImageClassification`` (mean of the vision tower's
   tokens, then the classifier);
 - ``siglip2/``, ``siglip2_vision/`` and ``siglip2_classify/``: the same for SigLIP 2's NaFlex
@@ -189,6 +191,16 @@ def build(out):
             d = save("siglip_text", text, "text", processor=False)
             for f in ("tokenizer.json", "tokenizer_config.json"):
                 shutil.copy(os.path.join(out, "siglip", f), os.path.join(d, f))
+            # The same tower whose tokenizer passes no attention mask (tokenizer_config.json's
+            # model_input_names without it): transformers attends over the padding.
+            d = save("siglip_text_nomask", text, "text_nomask", processor=False)
+            shutil.copy(os.path.join(out, "siglip", "tokenizer.json"), os.path.join(d, "tokenizer.json"))
+            with open(os.path.join(out, "siglip", "tokenizer_config.json")) as f:
+                tok_config = json.load(f)
+            tok_config["model_input_names"] = ["input_ids"]
+            with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+                json.dump(tok_config, f, indent=2, sort_keys=True)
+                f.write("\n")
 
         cfg = config(vocab_size, tok.pad_token_id, tok.eos_token_id)
         cfg.num_labels = len(LABELS)
@@ -254,8 +266,10 @@ def text_rows(model, tokenizer, get, texts=TEXTS):
         enc = tokenizer([text], padding="max_length", truncation=True, max_length=TEXT_LENGTH, return_tensors="pt")
         with torch.inference_mode():
             out = get(enc)
-        rows.append({"text": text, "ids": enc["input_ids"][0].tolist(),
-                     "attention_mask": enc["attention_mask"][0].tolist(), "text_embeds": gif.f32(out[0])})
+        row = {"text": text, "ids": enc["input_ids"][0].tolist()}
+        if "attention_mask" in enc:
+            row["attention_mask"] = enc["attention_mask"][0].tolist()
+        rows.append({**row, "text_embeds": gif.f32(out[0])})
     return rows
 
 
@@ -308,7 +322,7 @@ def main() -> int:
         entry = {"class": type(model).__name__}
         family = "siglip2" if name.startswith("siglip2") else "siglip"
         proc, processed = processors[family]
-        if kind not in ("text", "spm"):
+        if kind not in ("text", "text_nomask", "spm"):
             entry["processor"] = type(proc).__name__
             entry["pixels_key"] = family
             images = {}
@@ -348,6 +362,11 @@ def main() -> int:
             entry["zero_shot"] = {"labels": LABELS, "prompts": PROMPTS, "probabilities": zero_shot}
         if kind == "text":
             entry["texts"] = text_rows(model, tokenizer, lambda enc: model(**enc).pooler_output)
+        if kind == "text_nomask":
+            own = AutoTokenizer.from_pretrained(os.path.join(out, name))
+            if "attention_mask" in own(["x"], padding="max_length", max_length=TEXT_LENGTH):
+                raise SystemExit(f"{name}: the tokenizer still passes an attention mask")
+            entry["texts"] = text_rows(model, own, lambda enc: model(**enc).pooler_output)
         if kind == "spm":
             spm_tok = AutoTokenizer.from_pretrained(os.path.join(out, name))
             if type(spm_tok).__name__ != "SiglipTokenizer":
@@ -366,6 +385,12 @@ def main() -> int:
     for fname, rec in models_out["siglip_vision"]["images"].items():
         if "error" not in rec and rec["image_embeds"] != full["images"][fname]["image_embeds"]:
             raise SystemExit(f"{fname}: siglip_vision differs from siglip")
+    # Attending over the padding changes every text shorter than the positions.
+    for a, b in zip(models_out["siglip_text_nomask"]["texts"], models_out["siglip_text"]["texts"]):
+        if a["ids"] != b["ids"]:
+            raise SystemExit(f"{a['text']!r}: siglip_text_nomask tokenizes differently")
+        if b["attention_mask"][-1] == 0 and np.allclose(a["text_embeds"], b["text_embeds"], atol=1e-3):
+            raise SystemExit(f"{a['text']!r}: attending over the padding changed nothing")
     for a, b in zip(models_out["siglip_text"]["texts"], full["texts"]):
         if a["ids"] != b["ids"] or not np.allclose(a["text_embeds"], b["text_embeds"], atol=1e-6):
             raise SystemExit(f"{a['text']!r}: siglip_text differs from siglip")

@@ -37,7 +37,10 @@ CREATE TABLE embed.models (
     resolved_revision text,
     file_sha256   jsonb,
     registered_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
-    registered_by name NOT NULL DEFAULT CURRENT_USER
+    registered_by name NOT NULL DEFAULT CURRENT_USER,
+    -- Set by an upgrade that changed what the model computes (why, and how): its calls fail
+    -- until embed.register_model registers it again, which clears it.
+    needs_registration text
 );
 COMMENT ON TABLE embed.models IS 'Models registered with embed.register_model; one row per model name.';
 REVOKE ALL ON embed.models FROM PUBLIC;

@@ -506,3 +506,6 @@ END
 $$;
 CREATE EVENT TRIGGER embed_check_trigger ON ddl_command_end WHEN TAG IN ('CREATE TRIGGER')
     EXECUTE FUNCTION embed._check_new_triggers();
+
+-- The upgrade to 0.7.0 runs it (as the extension's owner); no other role needs it.
+REVOKE EXECUTE ON FUNCTION embed._mark_changed_registrations() FROM PUBLIC;

@@ -55,6 +55,10 @@ pub fn get(name: &str) -> Result<(Rc<Pipeline>, catalog::ModelRow)> {
             return Err(e);
         }
     };
+    if let Some(reason) = &row.needs_registration {
+        evict(name);
+        return Err(Error::RegisterAgain { name: name.into(), reason: reason.clone() });
+    }
     // A stale entry is dropped before the reload, so two copies never coexist.
     let cached = CACHE.with_borrow_mut(|c| match c.get_mut(name) {
         Some(e) if e.revision == row.revision => {
@@ -118,7 +122,7 @@ fn auto_register(name: &str) -> Result<(Rc<Pipeline>, catalog::ModelRow)> {
     let options = serde_json::json!({});
     let revision =
         catalog::upsert_as_owner(name, &source, &options, fresh.pipeline.info(), fresh.pin.as_ref())?;
-    let row = catalog::ModelRow { source, options, revision, pin: fresh.pin.clone() };
+    let row = catalog::ModelRow { source, options, revision, pin: fresh.pin.clone(), needs_registration: None };
     Ok((insert(name, revision, fresh), row))
 }
 
@@ -176,6 +180,11 @@ fn resolve(source_name: &str, pin: Option<&Pin>, store: Option<&Store>) -> Resul
     };
     let pin = Some(Pin { commit: snapshot.commit, files });
     Ok(Resolved { root: snapshot.repo_dir, dir: snapshot.dir, pin })
+}
+
+/// A registration's folder, as its calls read it (the pinned snapshot of an `hf:` source).
+pub fn folder_of(row: &catalog::ModelRow) -> Result<PathBuf> {
+    Ok(resolve(&row.source, row.pin.as_ref(), None)?.dir)
 }
 
 /// Loads a pipeline from a source (see [`resolve`]), its weights mapped from the shared

@@ -13,14 +13,18 @@ pub struct ModelRow {
     pub revision: i64,
     /// For `hf:` sources: the commit and file digests recorded at registration.
     pub pin: Option<Pin>,
+    /// Why the model must be registered again (an upgrade changed what it computes).
+    pub needs_registration: Option<String>,
 }
 
 fn spi_err(e: pgrx::spi::SpiError) -> Error {
     Error::Catalog(e.to_string())
 }
 
-const LOOKUP: &str =
-    "SELECT source, options, revision, resolved_revision, file_sha256 FROM embed.models WHERE name = $1";
+// `needs_registration` through the row's JSON: a schema not yet updated to 0.7.0 (the
+// library is, the catalog is not) has no such column.
+const LOOKUP: &str = "SELECT source, options, revision, resolved_revision, file_sha256, \
+     pg_catalog.to_jsonb(m) OPERATOR(pg_catalog.->>) 'needs_registration' FROM embed.models m WHERE name = $1";
 
 thread_local! {
     /// The lookup's plan, prepared once per backend (every inference call runs it).
@@ -43,7 +47,8 @@ pub fn lookup(name: &str) -> Result<ModelRow> {
             let (source, options, revision) = row.get_three::<String, JsonB, i64>()?;
             let commit = row.get::<String>(4)?;
             let files = row.get::<JsonB>(5)?;
-            Ok::<Option<Columns>, pgrx::spi::SpiError>(Some((source, options, revision, commit, files)))
+            let again = row.get::<String>(6)?;
+            Ok::<Option<Columns>, pgrx::spi::SpiError>(Some((source, options, revision, commit, files, again)))
         })
     })
     .map_err(spi_err)?;
@@ -53,10 +58,10 @@ pub fn lookup(name: &str) -> Result<ModelRow> {
     }
 }
 
-type Columns = (Option<String>, Option<JsonB>, Option<i64>, Option<String>, Option<JsonB>);
+type Columns = (Option<String>, Option<JsonB>, Option<i64>, Option<String>, Option<JsonB>, Option<String>);
 
 /// A row of `embed.models` from the columns of [`LOOKUP`].
-fn model_row(name: &str, (source, options, revision, commit, files): Columns) -> Result<ModelRow> {
+fn model_row(name: &str, (source, options, revision, commit, files, again): Columns) -> Result<ModelRow> {
     let (Some(source), Some(options), Some(revision)) = (source, options, revision) else {
         return Err(Error::ModelNotRegistered(name.into()));
     };
@@ -68,21 +73,22 @@ fn model_row(name: &str, (source, options, revision, commit, files): Columns) ->
         }),
         _ => None,
     };
-    Ok(ModelRow { source, options: options.0, revision, pin })
+    Ok(ModelRow { source, options: options.0, revision, pin, needs_registration: again })
 }
 
 /// Every registration (rows that do not parse are left out).
 pub fn all_rows() -> Result<Vec<ModelRow>> {
     let rows = Spi::connect(|client| {
         let table = client.select(
-            "SELECT name, source, options, revision, resolved_revision, file_sha256 FROM embed.models",
+            "SELECT name, source, options, revision, resolved_revision, file_sha256, \
+             pg_catalog.to_jsonb(m) OPERATOR(pg_catalog.->>) 'needs_registration' FROM embed.models m",
             None,
             &[],
         )?;
         let mut rows = Vec::new();
         for row in table {
             let name = row.get::<String>(1)?.unwrap_or_default();
-            let columns = (row.get(2)?, row.get(3)?, row.get(4)?, row.get(5)?, row.get(6)?);
+            let columns = (row.get(2)?, row.get(3)?, row.get(4)?, row.get(5)?, row.get(6)?, row.get(7)?);
             rows.push((name, columns));
         }
         Ok::<_, pgrx::spi::SpiError>(rows)
@@ -136,7 +142,46 @@ pub fn upsert(
             .get_one::<i64>()
     })
     .map_err(spi_err)?;
-    revision.ok_or_else(|| Error::Catalog("registration returned no revision".into()))
+    let revision = revision.ok_or_else(|| Error::Catalog("registration returned no revision".into()))?;
+    clear_mark(name)?;
+    Ok(revision)
+}
+
+/// A registration made again is current: the mark an upgrade left on it goes (a schema
+/// before 0.7.0 has no marks).
+fn clear_mark(name: &str) -> Result<()> {
+    let marked = Spi::get_one_with_args::<bool>(
+        "SELECT pg_catalog.to_jsonb(m) OPERATOR(pg_catalog.->>) 'needs_registration' IS NOT NULL \
+         FROM embed.models m WHERE name = $1",
+        &[name.into()],
+    )
+    .map_err(spi_err)?;
+    if marked == Some(true) {
+        Spi::run_with_args("UPDATE embed.models SET needs_registration = NULL WHERE name = $1", &[name.into()])
+            .map_err(spi_err)?;
+    }
+    Ok(())
+}
+
+/// Marks `name`'s registration: its calls fail with `reason` until it is registered again.
+pub fn mark_register_again(name: &str, reason: &str) -> Result<()> {
+    Spi::run_with_args(
+        "UPDATE embed.models SET needs_registration = $2 WHERE name = $1",
+        &[name.into(), reason.into()],
+    )
+    .map_err(spi_err)
+}
+
+/// Every registration's name with its row.
+pub fn all_named_rows() -> Result<Vec<(String, ModelRow)>> {
+    let names = Spi::connect(|client| {
+        client
+            .select("SELECT name FROM embed.models ORDER BY name", None, &[])?
+            .map(|row| row.get::<String>(1).map(Option::unwrap_or_default))
+            .collect::<std::result::Result<Vec<_>, _>>()
+    })
+    .map_err(spi_err)?;
+    names.into_iter().map(|n| lookup(&n).map(|row| (n, row))).collect()
 }
 
 /// Deletes a registration; false if there was none.

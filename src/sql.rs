@@ -444,6 +444,34 @@ mod embed {
         remove_unneeded_files();
     }
 
+    /// Run by the upgrade to 0.7.0 (`ALTER EXTENSION pg_embed UPDATE`): each registration
+    /// of a folder that this version computes differently from 0.6
+    /// (`pg_embed_core::changes`) is named in a NOTICE and marked, so that its calls fail
+    /// until it is registered again, and vectors stored from it are never silently mixed
+    /// with different new ones. A folder that cannot be read is left as it is (its calls
+    /// say why), with a WARNING. Returns how many registrations were marked.
+    #[pg_extern(volatile, parallel_unsafe, name = "_mark_changed_registrations")]
+    fn mark_changed_registrations() -> i32 {
+        let mut marked = 0;
+        for (name, row) in catalog::all_named_rows().or_raise() {
+            let reason = Options::from_json(&row.options).and_then(|options| {
+                Ok(pg_embed_core::changes::since_0_6(&cache::folder_of(&row)?, &options))
+            });
+            match reason {
+                Ok(Some(reason)) => {
+                    catalog::mark_register_again(&name, &reason).or_raise();
+                    pgrx::notice!(
+                        "pg_embed: model \"{name}\" must be registered again (SELECT embed.register_model('{name}', source, options) with its source and options): {reason}; vectors stored from it were computed by 0.6"
+                    );
+                    marked += 1;
+                }
+                Ok(None) => {}
+                Err(e) => pgrx::warning!("pg_embed: could not check model \"{name}\" for the upgrade: {e}"),
+            }
+        }
+        marked
+    }
+
     /// The files of a registered model's folder and the sha256 of each, as this server
     /// reads them now (`embed.cluster_check` compares them between the nodes of a cluster).
     #[pg_extern(volatile, strict, parallel_restricted)]

@@ -35,6 +35,18 @@ for f in "$REPO"/sql/released/pg_embed--*.sql; do
 done
 
 describe() { PG_EMBED_DB="$1" q -At -f "$here/describe_extension.sql"; }
+
+# A folder 0.7.0 computes differently from 0.6.0 (bge-m3 as FlagEmbedding's trainer saves it:
+# the late fixture without its sentence-transformers modules), where the server resolves
+# sources; the upgrade from 0.6.0 must name its registration and make its calls fail until it
+# is registered again.
+M3_SOURCE="ops-bge-m3-trainer"
+rm -rf "${MODEL_DIR:?}/$M3_SOURCE"
+cp -r "$REPO/tests/fixtures/late/bge_m3" "$MODEL_DIR/$M3_SOURCE"
+rm -rf "$MODEL_DIR/$M3_SOURCE/1_Pooling" "$MODEL_DIR/$M3_SOURCE/modules.json" \
+    "$MODEL_DIR/$M3_SOURCE/sentence_bert_config.json" "$MODEL_DIR/$M3_SOURCE/config_sentence_transformers.json"
+ensure_pg_user_access "$MODEL_DIR/$M3_SOURCE/model.safetensors" "$MODEL_DIR/$M3_SOURCE"
+trap 'cleanup; rm -rf "${MODEL_DIR:?}/$M3_SOURCE"' EXIT
 out="$(ops_workdir)"
 
 for released in "$REPO"/sql/released/pg_embed--*.sql; do
@@ -50,9 +62,35 @@ for released in "$REPO"/sql/released/pg_embed--*.sql; do
     models_before="$(PG_EMBED_DB=pg_embed_upgraded q1 "SELECT string_agg(name || ' ' || source || ' ' || revision, ',') FROM embed.models")"
     runs_before="$(PG_EMBED_DB=pg_embed_upgraded q1 "SELECT string_agg(id || ' ' || relation || ' ' || rows_done, ',' ORDER BY id) FROM embed.backfill_runs")"
 
+    if [ "$from" = 0.6.0 ]; then
+        PG_EMBED_DB=pg_embed_upgraded q -c "SET client_min_messages = warning" \
+            -c "SELECT embed.register_model('m3_trainer', '$M3_SOURCE') IS NOT NULL" >/dev/null
+    fi
+
     t0=$EPOCHREALTIME
-    PG_EMBED_DB=pg_embed_upgraded q -c "ALTER EXTENSION pg_embed UPDATE" >/dev/null
+    notices="$(PG_EMBED_DB=pg_embed_upgraded q -c "ALTER EXTENSION pg_embed UPDATE" 2>&1 >/dev/null)"
     pass "ALTER EXTENSION pg_embed UPDATE from $from took $(ms_between "$t0" "$EPOCHREALTIME") ms"
+    if [ "$from" = 0.6.0 ]; then
+        case "$notices" in
+            *'model "m3_trainer" must be registered again'*) pass "the upgrade names the bge-m3 trainer folder's registration: ${notices%%;*}" ;;
+            *) fail "the upgrade from 0.6.0 did not name m3_trainer in a NOTICE; it said: $notices" ;;
+        esac
+        case "$notices" in
+            *'"'"$MODEL"'"'*) fail "the upgrade named $MODEL, which computes as before: $notices" ;;
+        esac
+        if out="$(PG_EMBED_DB=pg_embed_upgraded q -v VERBOSITY=verbose -c "SELECT embed('m3_trainer', 'data')" 2>&1)"; then
+            fail "a call of the marked registration succeeded: $out"
+        fi
+        case "$out" in
+            *'ERROR:  55000: model "m3_trainer" must be registered again'*) pass "its calls fail with 55000 until it is registered again" ;;
+            *) fail "a call of the marked registration: want 55000 naming it, got: $out" ;;
+        esac
+        PG_EMBED_DB=pg_embed_upgraded q -c "SET client_min_messages = warning" \
+            -c "SELECT embed.register_model('m3_trainer', '$M3_SOURCE') IS NOT NULL" >/dev/null
+        expect_eq "the registration made again is current" "32 t" "$(PG_EMBED_DB=pg_embed_upgraded q1 \
+            "SELECT array_length(v, 1) || ' ' || (abs(sqrt((SELECT sum(x * x) FROM unnest(v) x)) - 1) < 1e-5) FROM (SELECT embed('m3_trainer', 'data') AS v) s")"
+        PG_EMBED_DB=pg_embed_upgraded q -c "SELECT embed.drop_model('m3_trainer')" >/dev/null
+    fi
     expect_eq "version after the upgrade" "$current" \
         "$(PG_EMBED_DB=pg_embed_upgraded q1 "SELECT extversion FROM pg_extension WHERE extname = 'pg_embed'")"
     expect_eq "vectors kept by the upgrade (digest)" "$vectors_before" "$(scenario_vectors pg_embed_upgraded)"

@@ -64,6 +64,11 @@ pub enum Error {
     #[error("pg_embed.model_dir is not set")]
     ModelDirNotSet,
 
+    /// A registration an extension upgrade marked: this version computes the model
+    /// differently from the version that registered it (`reason` says how).
+    #[error("model \"{name}\" must be registered again with embed.register_model before it is used: {reason}")]
+    RegisterAgain { name: String, reason: String },
+
     #[error("{what} \"{source_name}\" is outside pg_embed.model_dir")]
     SourceOutsideModelDir { what: &'static str, source_name: String },
 
@@ -208,7 +213,7 @@ impl Error {
             | EmptyInput { .. } => SqlState::InvalidParameterValue,
             ModelDirInvalid { .. } => SqlState::UndefinedFile,
             PermissionDenied { .. } | SourceOutsideModelDir { .. } => SqlState::InsufficientPrivilege,
-            ModelDirNotSet => SqlState::ObjectNotInPrerequisiteState,
+            ModelDirNotSet | RegisterAgain { .. } => SqlState::ObjectNotInPrerequisiteState,
             Unsupported { .. } | NoPairTemplate => SqlState::FeatureNotSupported,
             SourceNotFound { .. } | MissingFile { .. } => SqlState::UndefinedFile,
             Io { .. } | SharedWeights { .. } => SqlState::IoError,

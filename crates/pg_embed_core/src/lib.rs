@@ -4,6 +4,7 @@
 //! is tested with plain `cargo test -p pg_embed_core`.
 
 pub mod buffer;
+pub mod changes;
 pub mod chunk;
 pub mod classifier;
 pub mod cpu;

@@ -52,6 +52,18 @@ pub(crate) fn passes_type_ids(path: &Path) -> Result<bool> {
     })
 }
 
+/// Whether transformers' tokenizer passes an attention mask to the model: when
+/// tokenizer_config.json lists `model_input_names`, whether they include it; else yes (every
+/// tokenizer class's default includes it).
+pub(crate) fn passes_attention_mask(path: &Path) -> Result<bool> {
+    #[derive(serde::Deserialize)]
+    struct TokenizerConfig {
+        model_input_names: Option<Vec<String>>,
+    }
+    let cfg: Option<TokenizerConfig> = read_json_opt(path)?;
+    Ok(cfg.and_then(|c| c.model_input_names).is_none_or(|names| names.iter().any(|n| n == "attention_mask")))
+}
+
 /// `model_max_length` of tokenizer_config.json; transformers stores a huge float
 /// (1e30) when the tokenizer sets no limit.
 pub(crate) fn tokenizer_max_length(path: &Path) -> Result<Option<usize>> {

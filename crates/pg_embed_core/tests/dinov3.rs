@@ -142,7 +142,7 @@ fn last_hidden_state_and_tokens_match_transformers() {
                 continue;
             };
             let bounds = [0, image.outputs.tokens];
-            let batch = Batch { ids: &[], type_ids: &[], bounds: &bounds, images: std::slice::from_ref(px), keys: &[] };
+            let batch = Batch { ids: &[], type_ids: &[], bounds: &bounds, images: std::slice::from_ref(px), keys: &[], pads_attended: false };
             let got = model.forward(&batch).unwrap();
             assert_eq!(want.len(), image.outputs.tokens);
             let d = assert_close(&got, &want.concat(), &format!("{name} {file} last_hidden_state"));

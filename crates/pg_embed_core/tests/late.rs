@@ -191,6 +191,46 @@ fn bge_m3_three_outputs_match_flagembedding() {
     }
 }
 
+/// bge-m3 as FlagEmbedding's trainer saves it: the backbone and its two `.pt` heads, no
+/// sentence-transformers modules. `BGEM3FlagModel` reads only those files (the
+/// sentence-transformers ones are left out here), so its golden dense vectors (the [CLS]
+/// token, normalised) are this folder's too; a plain folder's mean pooling would differ.
+#[test]
+fn bge_m3_as_flagembedding_saves_it_gives_its_cls_dense_vectors() {
+    let g = golden();
+    for name in M3S {
+        let tmp = tempdir(&format!("trainer_{name}"));
+        copy_model(&dir(name), &tmp);
+        for st in ["modules.json", "sentence_bert_config.json", "config_sentence_transformers.json"] {
+            let _ = std::fs::remove_file(tmp.join(st));
+        }
+        let _ = std::fs::remove_dir_all(tmp.join("1_Pooling"));
+        let p = Pipeline::load(&tmp, &Options::default()).unwrap();
+        let info = serde_json::to_value(p.info()).unwrap();
+        assert_eq!(info["pooling"], serde_json::json!(["cls"]), "{name}: {info}");
+        assert_eq!(info["normalize"], true, "{name}");
+        assert!(info["pooling_from"].as_str().unwrap().contains("BGEM3FlagModel"), "{name}: {info}");
+        for side in ["queries", "documents"] {
+            let inputs = texts(&g, side);
+            let refs: Vec<&str> = inputs.iter().map(String::as_str).collect();
+            let want = &g["models"][name][side];
+            let dense = p.embed(&refs).unwrap();
+            for (i, text) in refs.iter().enumerate() {
+                let what = format!("{name} trainer layout {side} {i} {text:?}");
+                let dense_want: Vec<f32> = serde_json::from_value(want["dense_vecs"][i].clone()).unwrap();
+                assert_close(&dense[i], &dense_want, &format!("{what} dense"));
+                assert_close(&p.encode_outputs(text).unwrap().dense, &dense_want, &format!("{what} encode_all"));
+                check_rows(&multi(&p, &[text], None)[0], &want["colbert_vecs"][i], &format!("{what} multi"));
+            }
+        }
+        // Options still decide where they are given.
+        let p = Pipeline::load(&tmp, &Options::from_json(&serde_json::json!({"pooling": "mean"})).unwrap()).unwrap();
+        let info = serde_json::to_value(p.info()).unwrap();
+        assert_eq!((info["pooling"].clone(), info["normalize"].clone()), (serde_json::json!(["mean"]), serde_json::json!(false)));
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+}
+
 #[test]
 fn bge_m3_task_picks_the_default_output() {
     let p = load("bge_m3", serde_json::json!({"task": "multi"})).unwrap();

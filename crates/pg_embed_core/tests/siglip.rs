@@ -57,6 +57,8 @@ struct Image {
 struct Text {
     text: String,
     ids: Vec<u32>,
+    /// Absent where the tokenizer passes no attention mask.
+    #[serde(default)]
     attention_mask: Vec<u32>,
     text_embeds: Vec<f32>,
 }
@@ -191,6 +193,32 @@ fn text_features_read_the_last_padding_position() {
         }
         eprintln!("{name}: {} texts, max abs diff {worst:.2e}", texts.len());
     }
+}
+
+/// A tokenizer whose `model_input_names` leave the attention mask out: transformers then
+/// attends over the padding (to the positions), and so does pg_embed; the ids are the
+/// masked tower's (`siglip_text`, the same weights), whose vectors differ.
+#[test]
+fn text_features_without_an_attention_mask_attend_over_the_padding() {
+    let golden = golden();
+    let name = "siglip_text_nomask";
+    let p = load(name, serde_json::json!({}));
+    let texts = &golden.models[name].texts;
+    let masked = &golden.models["siglip_text"].texts;
+    assert!(texts.iter().all(|t| t.attention_mask.is_empty()), "the reference passed no mask");
+    let mut worst = 0f32;
+    for (t, m) in texts.iter().zip(masked) {
+        assert_eq!(t.ids, m.ids, "{:?}", t.text);
+        let real: Vec<u32> = m.ids.iter().zip(&m.attention_mask).filter(|(_, k)| **k == 1).map(|(i, _)| *i).collect();
+        assert_eq!(p.tokenize(&t.text).unwrap(), real, "ids of {:?}", t.text);
+        let got = p.embed(&[&t.text]).unwrap();
+        worst = worst.max(assert_close(&got[0], &t.text_embeds, &format!("{name} {:?}", t.text)));
+    }
+    let all: Vec<&str> = texts.iter().map(|t| t.text.as_str()).collect();
+    for (row, t) in p.embed(&all).unwrap().iter().zip(texts) {
+        assert_close(row, &t.text_embeds, &format!("{name} batched {:?}", t.text));
+    }
+    eprintln!("{name}: {} texts, max abs diff {worst:.2e}", texts.len());
 }
 
 #[test]

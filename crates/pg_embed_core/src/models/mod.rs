@@ -84,6 +84,11 @@ pub struct Batch<'a> {
     /// `attend_to_expansion_tokens` false). Empty: every token is a key. Only models whose
     /// [`Model::hides_keys`] is true read it.
     pub keys: &'a [usize],
+    /// The tokenizer passes no attention mask (its `model_input_names` leave it out): a model
+    /// whose reference pads every input to its positions (SigLIP's text tower) then attends
+    /// over that padding, as transformers does. Every other model computes each sequence
+    /// alone, where the mask changes nothing.
+    pub pads_attended: bool,
 }
 
 /// What a model takes as input.
@@ -158,7 +163,7 @@ impl<'a> Batch<'a> {
 
     /// A text batch.
     pub fn text(ids: &'a [u32], type_ids: &'a [u32], bounds: &'a [usize]) -> Self {
-        Batch { ids, type_ids, bounds, images: &[], keys: &[] }
+        Batch { ids, type_ids, bounds, images: &[], keys: &[], pads_attended: false }
     }
 
     /// The sequences' key counts, one per sequence (see `keys`).

@@ -156,7 +156,10 @@ impl Model {
     /// The last hidden states [tokens, hidden] of a packed batch (`ids` of every sequence
     /// end to end, sequence i at bounds[i]..bounds[i + 1]) and, per sequence, the state
     /// the head reads [sequences, hidden]: the reader's, or the last token's.
-    fn run(&self, ids: &[u32], bounds: &[usize]) -> candle_core::Result<(Vec<f32>, Vec<f32>)> {
+    /// With `pads_attended` (a tokenizer that passes no attention mask) each text is padded
+    /// to the positions with the pad token and every token attends to every other, the
+    /// padding included, as transformers computes it without a mask.
+    fn run(&self, ids: &[u32], bounds: &[usize], pads_attended: bool) -> candle_core::Result<(Vec<f32>, Vec<f32>)> {
         let lengths = layers::lengths_of(bounds, ids.len())?;
         let positions = self.position.rows();
         let mut packed = Vec::with_capacity(ids.len() + lengths.len());
@@ -166,6 +169,13 @@ impl Model {
         for (&start, &len) in bounds.iter().zip(&lengths) {
             if len == 0 || len > positions {
                 candle_core::bail!("a text of {len} tokens for a tower of {positions} positions");
+            }
+            if pads_attended {
+                packed.extend_from_slice(&ids[start..start + len]);
+                packed.extend(std::iter::repeat_n(self.pad_token_id, positions - len));
+                at.extend(0..positions as u32);
+                runs.push(positions);
+                continue;
             }
             if len < positions {
                 readers.push(packed.len());
@@ -195,7 +205,7 @@ impl Model {
 
     /// The hidden states of `batch` and, when `pooler`, `get_text_features` per sequence.
     pub fn forward_pooled(&self, batch: &super::Batch, pooler: bool) -> candle_core::Result<(Vec<f32>, Option<Tensor>)> {
-        let (hidden, read) = self.run(batch.ids, batch.bounds)?;
+        let (hidden, read) = self.run(batch.ids, batch.bounds, batch.pads_attended)?;
         let pooled = pooler
             .then(|| Tensor::from_vec(self.head.apply(&read), (batch.len(), self.pooled_size()), &candle_core::Device::Cpu))
             .transpose()?;
@@ -218,7 +228,7 @@ impl super::Config for Config {
 
 impl super::Model for Model {
     fn forward(&self, batch: &super::Batch) -> candle_core::Result<Vec<f32>> {
-        Ok(self.run(batch.ids, batch.bounds)?.0)
+        Ok(self.run(batch.ids, batch.bounds, batch.pads_attended)?.0)
     }
 
     fn pooler_size(&self) -> Option<usize> {

@@ -65,6 +65,8 @@ pub(super) struct Packed {
     pub(super) type_ids: Vec<u32>,
     pub(super) bounds: Vec<usize>,
     pub(super) skips: Vec<usize>,
+    /// See [`Batch::pads_attended`].
+    pub(super) pads_attended: bool,
 }
 
 impl Packed {
@@ -77,6 +79,7 @@ impl Packed {
             type_ids: Vec::with_capacity(tokens),
             bounds: Vec::with_capacity(rows.len() + 1),
             skips: Vec::with_capacity(rows.len()),
+            pads_attended: false,
         };
         packed.bounds.push(0);
         for row in rows {
@@ -91,7 +94,7 @@ impl Packed {
     }
 
     pub(super) fn batch(&self) -> Batch<'_> {
-        Batch::text(&self.ids, &self.type_ids, &self.bounds)
+        Batch { pads_attended: self.pads_attended, ..Batch::text(&self.ids, &self.type_ids, &self.bounds) }
     }
 }
 

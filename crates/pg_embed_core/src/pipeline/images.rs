@@ -68,7 +68,7 @@ impl Pipeline {
         for p in pixels {
             bounds.push(bounds[bounds.len() - 1] + self.image_tokens(p.height, p.width)?);
         }
-        let batch = Batch { ids: &[], type_ids: &[], bounds: &bounds, images: pixels, keys: &[] };
+        let batch = Batch { ids: &[], type_ids: &[], bounds: &bounds, images: pixels, keys: &[], pads_attended: false };
         self.pool_batch(&batch, &vec![0; pixels.len()], modes, &[])
     }
 

@@ -15,7 +15,7 @@ use crate::options::Options;
 use crate::processor::ImageProcessor;
 use crate::sparse::QueryRoute;
 use crate::st::{Encoder, Layout};
-use crate::tokenizer::{load_tokenizer, passes_type_ids, tokenizer_max_length};
+use crate::tokenizer::{load_tokenizer, passes_attention_mask, passes_type_ids, tokenizer_max_length};
 
 /// The text input (its max_length and the prompt texts as configured, for model_info).
 pub(super) type TextInput = (Text, usize, BTreeMap<String, String>);
@@ -127,6 +127,7 @@ fn load_text(
         options.include_prompt.or(layout.pooling.as_ref().map(|p| p.include_prompt)).unwrap_or(true);
 
     let type_ids = passes_type_ids(&bdir.join("tokenizer_config.json"))?;
+    let attention_mask = passes_attention_mask(&bdir.join("tokenizer_config.json"))?;
     let untruncated = std::sync::OnceLock::new();
     let text = Text {
         tokenizer,
@@ -136,6 +137,7 @@ fn load_text(
         default_prompt,
         include_prompt,
         type_ids,
+        attention_mask,
         drop_id,
         char_cut,
         keep_after_drop,

@@ -220,11 +220,18 @@ impl Pooling {
             }
             (Some(spec), _) => (parse_pooling(&spec.to_vec())?, "options".to_string()),
             (None, Some(module)) => (module.modes.clone(), module.path.display().to_string()),
+            // bge-m3 as FlagEmbedding's trainer saves it (its token heads, no modules):
+            // `BGEM3FlagModel.encode`'s dense vector, the [CLS] token, normalised.
+            (None, None) if folder.m3 => (
+                vec![PoolingMode::Cls],
+                "FlagEmbedding's BGEM3FlagModel (bge-m3's token heads and no sentence-transformers modules): cls, normalized".into(),
+            ),
             (None, None) => {
                 (vec![config.default_pooling()], "default (no sentence-transformers Pooling module)".into())
             }
         };
-        let normalize = options.normalize.unwrap_or(layout.normalize) && !classify;
+        let flag_m3 = folder.m3 && layout.pooling.is_none() && options.pooling.is_none();
+        let normalize = options.normalize.unwrap_or(layout.normalize || flag_m3) && !classify;
         if config.modality() == Modality::Both && modes != [PoolingMode::Pooler] {
             return Err(Error::InvalidOptions(format!(
                 "a model of text and images embeds both through its projections: pooling must be \"pooler\", not {}",

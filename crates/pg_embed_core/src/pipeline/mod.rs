@@ -215,6 +215,14 @@ impl Pipeline {
         self.input.text.as_ref().ok_or(Error::WrongModality { model: "image", call: "text" })
     }
 
+    /// Encoded rows laid end to end for the backbone, with whether the tokenizer passes an
+    /// attention mask ([`crate::models::Batch::pads_attended`]).
+    fn packed(&self, rows: &[&Encoded]) -> Packed {
+        let mut packed = Packed::of(rows);
+        packed.pads_attended = self.text().is_ok_and(|t| !t.attention_mask);
+        packed
+    }
+
     /// The image input stage; an error for a text model.
     fn image_processor(&self) -> Result<&ImageProcessor> {
         self.input.images.as_ref().ok_or(Error::WrongModality { model: "text", call: "image" })
@@ -502,7 +510,7 @@ impl Pipeline {
     /// One forward pass of the backbone over encoded `rows`, packed, pooled with `modes`:
     /// one row per input.
     fn forward_pooled(&self, rows: &[&Encoded], modes: &[PoolingMode]) -> Result<Vec<Vec<f32>>> {
-        let packed = Packed::of(rows);
+        let packed = self.packed(rows);
         self.pool_batch(&packed.batch(), &packed.skips, modes, &[])
     }
 
@@ -561,7 +569,7 @@ impl Pipeline {
         if encoded.is_empty() {
             return Ok(Vec::new());
         }
-        let packed = Packed::of(&encoded.iter().collect::<Vec<_>>());
+        let packed = self.packed(&encoded.iter().collect::<Vec<_>>());
         let batch = packed.batch();
         let hidden = self.weights.backbone.forward(&batch).map_err(Error::inference)?;
         let h = self.hidden_size;
@@ -660,7 +668,7 @@ impl Pipeline {
 
     /// One batch of encoded inputs (or pairs) through backbone and classification head.
     fn classify_encoded(&self, classifier: &Classifier, rows: &[&Encoded]) -> Result<Vec<Vec<f32>>> {
-        let packed = Packed::of(rows);
+        let packed = self.packed(rows);
         if classifier.reads_every_token() {
             let batch = packed.batch();
             self.stats.forward_passes.fetch_add(1, Relaxed);

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use tokenizers::{PostProcessor, Tokenizer, TruncationParams};
 
-use super::batch::{in_batches, Packed};
+use super::batch::in_batches;
 use super::text::{encode_typed, Encoded};
 use super::Pipeline;
 use crate::error::{Error, Result};
@@ -353,7 +353,7 @@ impl Pipeline {
             return Ok(Vec::new());
         }
         let encoded: Vec<&Encoded> = rows.iter().map(|r| &r.encoded).collect();
-        let packed = Packed::of(&encoded);
+        let packed = self.packed(&encoded);
         let keys: Vec<usize> = rows.iter().map(|r| r.keys).collect();
         let hides = rows.iter().any(|r| r.keys < r.encoded.ids.len());
         let batch = crate::models::Batch { keys: if hides { &keys } else { &[] }, ..packed.batch() };

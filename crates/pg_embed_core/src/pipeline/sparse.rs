@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::sync::atomic::Ordering::Relaxed;
 
-use super::batch::{in_batches, Packed};
+use super::batch::in_batches;
 use super::text::{Encoded, Prompt};
 use super::Pipeline;
 use crate::error::{Error, Result};
@@ -147,7 +147,7 @@ impl Pipeline {
         if rows.is_empty() {
             return Ok(Vec::new());
         }
-        let packed = Packed::of(rows);
+        let packed = self.packed(rows);
         let batch = packed.batch();
         self.stats.forward_passes.fetch_add(1, Relaxed);
         let hidden = self.weights.backbone.forward(&batch).map_err(Error::inference)?;

@@ -21,6 +21,9 @@ pub(super) struct Text {
     /// Whether the tokenizer passes token type ids to the model (see
     /// [`crate::tokenizer::passes_type_ids`]).
     pub(super) type_ids: bool,
+    /// Whether the tokenizer passes an attention mask (see
+    /// [`crate::tokenizer::passes_attention_mask`]; [`crate::models::Batch::pads_attended`]).
+    pub(super) attention_mask: bool,
     /// A token left out of every input (model2vec's unknown token).
     pub(super) drop_id: Option<u32>,
     /// Characters kept of an input before it is tokenized (model2vec: max_length times the
