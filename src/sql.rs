@@ -446,7 +446,7 @@ mod embed {
 
     /// Run by the upgrade to 0.7.0 (`ALTER EXTENSION pg_embed UPDATE`): each registration
     /// of a folder that this version computes differently from 0.6
-    /// (`pg_embed_core::changes`) is named in a NOTICE and marked, so that its calls fail
+    /// (`pg_embed_core::changes`) is named in a WARNING and marked, so that its calls fail
     /// until it is registered again, and vectors stored from it are never silently mixed
     /// with different new ones. A folder that cannot be read is left as it is (its calls
     /// say why), with a WARNING. Returns how many registrations were marked.
@@ -460,7 +460,9 @@ mod embed {
             match reason {
                 Ok(Some(reason)) => {
                     catalog::mark_register_again(&name, &reason).or_raise();
-                    pgrx::notice!(
+                    // A WARNING: PostgreSQL runs an extension script with client_min_messages
+                    // at warning or above, so a NOTICE would never reach the one upgrading.
+                    pgrx::warning!(
                         "pg_embed: model \"{name}\" must be registered again (SELECT embed.register_model('{name}', source, options) with its source and options): {reason}; vectors stored from it were computed by 0.6"
                     );
                     marked += 1;
