@@ -80,12 +80,12 @@ for released in "$REPO"/sql/released/pg_embed--*.sql; do
         case "$notices" in
             *'"'"$MODEL"'"'*) fail "the upgrade named $MODEL, which computes as before: $notices" ;;
         esac
-        if out="$(PG_EMBED_DB=pg_embed_upgraded q -v VERBOSITY=verbose -c "SELECT embed('m3_trainer', 'data')" 2>&1)"; then
-            fail "a call of the marked registration succeeded: $out"
+        if marked_call="$(PG_EMBED_DB=pg_embed_upgraded q -v VERBOSITY=verbose -c "SELECT embed('m3_trainer', 'data')" 2>&1)"; then
+            fail "a call of the marked registration succeeded: $marked_call"
         fi
-        case "$out" in
+        case "$marked_call" in
             *'ERROR:  55000: model "m3_trainer" must be registered again'*) pass "its calls fail with 55000 until it is registered again" ;;
-            *) fail "a call of the marked registration: want 55000 naming it, got: $out" ;;
+            *) fail "a call of the marked registration: want 55000 naming it, got: $marked_call" ;;
         esac
         PG_EMBED_DB=pg_embed_upgraded q -c "SET client_min_messages = warning" \
             -c "SELECT embed.register_model('m3_trainer', '$M3_SOURCE') IS NOT NULL" >/dev/null
