@@ -166,7 +166,9 @@ impl ColbertTokens {
                 }
                 let pieces = tokenizer.encode(prefix, false).map_err(|e| Error::Tokenize(e.to_string()))?;
                 if pieces.get_tokens() != [prefix] {
-                    registered.add_special_tokens(&[tokenizers::AddedToken::from(prefix, true).normalized(false)]);
+                    registered
+                        .add_special_tokens([tokenizers::AddedToken::from(prefix, true).normalized(false)])
+                        .map_err(|e| Error::Tokenize(e.to_string()))?;
                 }
                 break;
             }
