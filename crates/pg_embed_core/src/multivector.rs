@@ -351,10 +351,23 @@ pub fn read_stanford(dir: &Path) -> Result<Option<MultiVectorLayout>> {
     let config_path = dir.join("config.json");
     let Some(config) = read_json_opt::<serde_json::Value>(&config_path)? else { return Ok(None) };
     let names = config.get("architectures").and_then(|a| a.as_array()).cloned().unwrap_or_default();
+    let weights = dir.join("model.safetensors");
     if !names.iter().any(|a| a.as_str() == Some("HF_ColBERT")) {
+        // Half of the layout: colbert-ir's files beside a config.json that does not name
+        // HF_ColBERT (MultiVectorEncoder would add a random projection; a plain embedder
+        // would mean-pool).
+        let linear = weights.exists() && crate::safetensors_io::safetensors_shapes(&weights)?.contains_key("linear.weight");
+        let half = [(dir.join("artifact.metadata").exists(), "artifact.metadata"), (linear, "linear.weight")];
+        if let Some((_, what)) = half.iter().find(|(present, _)| *present) {
+            return Err(unsupported(
+                "Stanford ColBERT layout",
+                format!("{what} without HF_ColBERT in config.json's architectures"),
+                &config_path,
+                "HF_ColBERT checkpoints (architectures [\"HF_ColBERT\"], bert. weights, linear.weight, artifact.metadata)",
+            ));
+        }
         return Ok(None);
     }
-    let weights = dir.join("model.safetensors");
     let has_linear = weights.exists() && crate::safetensors_io::safetensors_shapes(&weights)?.contains_key("linear.weight");
     if !has_linear {
         return Err(unsupported(

@@ -184,6 +184,19 @@ fn half_present_stanford_layouts_are_refused_by_name() {
     refused(&p, F, &["interaction", "flipr"]);
     let p = edited("stanford", "dim", "artifact.metadata", |m| m["dim"] = 128.into());
     refused(&p, F, &["artifact.metadata dim", "128"]);
+    // colbert-ir's files beside a config.json that does not name HF_ColBERT.
+    let p = edited("stanford", "no_architecture", "config.json", |c| c["architectures"] = serde_json::json!(["BertModel"]));
+    refused(&p, F, &["artifact.metadata without HF_ColBERT"]);
+    let p = edited("stanford", "no_metadata", "config.json", |c| c["architectures"] = serde_json::json!(["BertModel"]));
+    std::fs::remove_file(p.join("artifact.metadata")).unwrap();
+    refused(&p, F, &["linear.weight without HF_ColBERT"]);
+    // Without artifact.metadata, MultiVectorEncoder's defaults: queries of 32 tokens.
+    let tmp = tempdir("defaults");
+    copy_model(&dir("stanford"), &tmp);
+    std::fs::remove_file(tmp.join("artifact.metadata")).unwrap();
+    let p = load(&tmp).unwrap();
+    assert_eq!(multi(&p, &["hello world"], Some("query"))[0].rows, 32);
+    let _ = std::fs::remove_dir_all(&tmp);
 }
 
 #[test]
