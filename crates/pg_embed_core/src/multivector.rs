@@ -279,13 +279,11 @@ fn check_knobs(knobs: &TransformerKnobs, path: &Path) -> Result<()> {
 /// HierarchicalTokenPooling's config.json: which sides it normalises. Merging tokens
 /// (`pool_factor` above 1: Ward clustering) is refused by name.
 fn token_pooling(path: &Path) -> Result<(bool, bool)> {
+    /// (`num_protected_tokens` matters only when tokens are merged.)
     #[derive(Deserialize)]
-    #[serde(deny_unknown_fields)]
     struct Config {
         #[serde(default = "one")]
         pool_factor: f64,
-        #[serde(default)]
-        num_protected_tokens: Option<usize>,
         /// Saved configurations without it load with false.
         #[serde(default)]
         normalize_embeddings: bool,
@@ -297,7 +295,6 @@ fn token_pooling(path: &Path) -> Result<(bool, bool)> {
     }
     let keys = ["pool_factor", "num_protected_tokens", "normalize_embeddings", "tasks"];
     let config: Config = read_known(path, "HierarchicalTokenPooling setting", &keys)?;
-    let _ = config.num_protected_tokens;
     if config.pool_factor > 1.0 {
         return Err(unsupported(
             "HierarchicalTokenPooling pool_factor",
@@ -334,8 +331,6 @@ const STANFORD_INERT: &[&str] = &[
 /// The keys MultiVectorEncoder reads.
 const STANFORD_READ: &[&str] =
     &["query_token_id", "doc_token_id", "query_maxlen", "doc_maxlen", "attend_to_mask_tokens", "mask_punctuation"];
-/// Keys that would change the vectors or the scores, at the values that do not.
-const STANFORD_CHECKED: &str = "dim (linear.weight's rows), similarity \"cosine\", interaction \"colbert\", relu false, pool_factor 1";
 const STANFORD_SUPPORTED: &str = "colbert-ir's ColBERTConfig keys: those MultiVectorEncoder reads (query_token_id, doc_token_id, \
      query_maxlen, doc_maxlen, attend_to_mask_tokens, mask_punctuation), dim, similarity \"cosine\", interaction \"colbert\", \
      relu false, pool_factor 1, and its training, indexing, search and run settings";
@@ -401,7 +396,6 @@ pub fn read_stanford(dir: &Path) -> Result<Option<MultiVectorLayout>> {
             return Err(unsupported(what, format!("{k}: {value}"), &meta_path, STANFORD_SUPPORTED));
         }
     }
-    let _ = STANFORD_CHECKED;
     let text = |key: &str| meta.get(key).and_then(|v| v.as_str()).filter(|s| !s.is_empty()).map(String::from);
     let number = |key: &str| -> Result<Option<usize>> {
         match meta.get(key) {
