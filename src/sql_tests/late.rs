@@ -355,6 +355,53 @@ mod tests {
         Spi::run("SELECT * FROM embed.encode_all('t_colbert', 'x')").unwrap();
     }
 
+    /// The layouts sentence-transformers 6.2's MultiVectorEncoder reads: its own save
+    /// (`multivector/mve`) and the Stanford ColBERT layout (`multivector/stanford`), through
+    /// embed_multi's three forms: queries cut at and filled to the expansion length, documents
+    /// the default side with the skiplist left out, the array form one row per input; the
+    /// catalog's task and dim; MaxSim equal to MultiVectorEncoder.similarity's (golden.json).
+    #[pg_test]
+    fn embed_multi_of_multi_vector_encoder_layouts() {
+        crate::sql_tests::use_fixtures();
+        crate::sql_tests::register_with("t_mve", "multivector/mve", "{}");
+        crate::sql_tests::register_with("t_stanford", "multivector/stanford", "{}");
+        for model in ["t_mve", "t_stanford"] {
+            let dims = text(&format!("SELECT array_dims(embed_multi('{model}', 'hello world', 'query'))"));
+            assert_eq!(dims.as_deref(), Some("[1:12][1:16]"), "{model}");
+            // [CLS] [D]/[unused1] hello wor ##l ##d [SEP]; the punctuation of the second is left out.
+            let rows = text(&format!(
+                "SELECT string_agg(coalesce(array_dims(m), 'NULL'), ' ' ORDER BY i)
+                   FROM embed_multi('{model}', ARRAY['Hello world', NULL, 'Hello, world!']) WITH ORDINALITY AS t(m, i)"
+            ));
+            assert_eq!(rows.as_deref(), Some("[1:7][1:16] NULL [1:7][1:16]"), "{model}");
+            let same = Spi::get_one::<bool>(&format!(
+                "SELECT embed_multi('{model}', 'data') = embed_multi('{model}', 'data', 'document')"
+            ))
+            .unwrap();
+            assert_eq!(same, Some(true), "{model}");
+        }
+        let tasks = text("SELECT string_agg(name || ':' || task || ':' || dim, ' ' ORDER BY name) FROM embed.models WHERE name LIKE 't\\_%'");
+        assert_eq!(tasks.as_deref(), Some("t_mve:multi:16 t_stanford:multi:16"));
+        // golden.json: models.mve.scores.values[0][0], "hello world" against "Hello world".
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/multivector/golden.json");
+        let golden: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+        for (model, name) in [("t_mve", "mve"), ("t_stanford", "stanford")] {
+            let want = golden["models"][name]["scores"]["values"][0][0].as_f64().unwrap() as f32;
+            let got = real(&format!(
+                "SELECT embed.maxsim(embed_multi('{model}', 'hello world', 'query'), embed_multi('{model}', 'Hello world'))"
+            ))
+            .unwrap();
+            assert!((got - want).abs() <= 1e-4 * want.abs().max(1.0), "{model}: {got} vs {want}");
+        }
+    }
+
+    #[pg_test(error = "this model gives token vectors (late interaction): call embed_multi(), not embed()")]
+    fn embed_of_a_stanford_colbert_model() {
+        crate::sql_tests::use_fixtures();
+        crate::sql_tests::register_with("t_stanford", "multivector/stanford", "{}");
+        Spi::run("SELECT embed('t_stanford', 'x')").unwrap();
+    }
+
     #[pg_test(error = "model \"nope\" is not registered")]
     fn embed_multi_unknown_model() {
         Spi::run("SELECT embed_multi('nope', 'x')").unwrap();

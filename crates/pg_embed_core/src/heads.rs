@@ -60,6 +60,17 @@ impl Dense {
     /// Loads a sentence-transformers Dense module folder: config.json and
     /// model.safetensors (`linear.weight` [out, in], `linear.bias` [out]).
     pub fn load(folder: &Path) -> Result<Self> {
+        Self::load_of(folder, "sentence_embedding", "sentence_embedding (a Dense after pooling)")
+    }
+
+    /// As [`Dense::load`], for a Dense of every token (a multi-vector model's): its
+    /// input and output, when named, are the token embeddings.
+    pub fn load_tokens(folder: &Path) -> Result<Self> {
+        Self::load_of(folder, "token_embeddings", "token_embeddings (a Dense of every token)")
+    }
+
+    /// A Dense module folder whose input and output names, when given, are `io`.
+    fn load_of(folder: &Path, io: &str, supported: &'static str) -> Result<Self> {
         let config_path = folder.join("config.json");
         let cfg: DenseConfig = crate::files::read_json(&config_path)?;
         let activation =
@@ -70,12 +81,12 @@ impl Dense {
                 supported: SUPPORTED_ACTIVATIONS,
             })?;
         for name in [&cfg.module_input_name, &cfg.module_output_name].into_iter().flatten() {
-            if name != "sentence_embedding" {
+            if name != io {
                 return Err(Error::Unsupported {
                     what: "Dense input/output",
                     value: name.clone(),
                     path: config_path.clone(),
-                    supported: "sentence_embedding (a Dense after pooling)",
+                    supported,
                 });
             }
         }
@@ -224,6 +235,29 @@ fn linear(weight: &Tensor, bias: Option<&Tensor>, file: &Path) -> Result<Linear>
 }
 
 impl Dense {
+    /// A bias-free Linear of `weight` [out, in] (`in_features` checked), with no activation:
+    /// Stanford ColBERT's `linear.weight`, read from `file`.
+    pub fn from_weight(weight: &Tensor, in_features: usize, file: &Path, name: &str) -> Result<Self> {
+        let out_features = match *weight.dims() {
+            [out, input] if input == in_features => out,
+            ref other => {
+                return Err(Error::invalid_file(
+                    file,
+                    format!("{name} has shape {other:?}, expected [out, {in_features}] (the backbone's hidden size)"),
+                ))
+            }
+        };
+        Ok(Dense {
+            linear: linear(weight, None, file)?,
+            activation: Activation::Identity,
+            residual: Residual::None,
+            has_bias: false,
+            in_features,
+            out_features,
+            from: format!("{}:{name}", file.display()),
+        })
+    }
+
     /// A `torch.nn.Linear` saved as a `.pt` state dict (`weight` [out, in], optional
     /// `bias` [out]; see `crate::torch_pt`), with no activation: bge-m3's heads.
     pub fn from_torch_linear(file: &Path, in_features: usize) -> Result<Self> {

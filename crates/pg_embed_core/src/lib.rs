@@ -19,6 +19,7 @@ pub mod layers;
 pub mod kernels;
 pub mod maxsim;
 pub mod mlm;
+pub mod multivector;
 pub mod models;
 pub mod options;
 pub mod pipeline;

@@ -404,6 +404,8 @@ pub struct Layout {
     /// A ColBERT model as PyLate saves it: its Dense folders (projections of every token)
     /// and its settings (config_sentence_transformers.json).
     pub colbert: Option<(Vec<PathBuf>, ColbertConfig)>,
+    /// A multi-vector model as sentence-transformers' MultiVectorEncoder reads it.
+    pub multi_vector: Option<crate::multivector::MultiVectorLayout>,
 }
 
 /// model2vec's config.json.
@@ -476,17 +478,28 @@ impl Layout {
             normalize: false,
             prompts: ModelConfig::default(),
             colbert: None,
+            multi_vector: None,
         };
         if let Some(config) = model2vec {
             let normalize = config.normalize;
             return Ok(Layout { model2vec: Some(config), normalize, ..empty(Encoder::Model2Vec) });
         }
         let Some(modules) = read_json_opt::<Vec<ModuleEntry>>(&modules_path)? else {
+            if let Some(mv) = crate::multivector::read_stanford(dir)? {
+                return Ok(Layout { multi_vector: Some(mv), ..empty(Encoder::Transformer) });
+            }
             return Ok(Layout {
                 transformer: read_json_opt(&dir.join("sentence_bert_config.json"))?.unwrap_or_default(),
                 ..empty(Encoder::Transformer)
             });
         };
+        let classes: Vec<&str> = modules.iter().map(|m| m.kind.as_str()).collect();
+        if crate::multivector::is_native(dir, &classes)? {
+            let folders = modules.iter().map(|m| Ok((safe_join(dir, &m.path, &modules_path)?, m.kind.clone())));
+            let mv = crate::multivector::read_native(dir, &folders.collect::<Result<Vec<_>>>()?, &modules_path)?;
+            let (transformer, backbone_dir) = (TransformerConfig::read(&mv.transformer_dir)?.0, mv.transformer_dir.clone());
+            return Ok(Layout { multi_vector: Some(mv), transformer, backbone_dir, ..empty(Encoder::Transformer) });
+        }
         let mut layout = Layout {
             prompts: read_json_opt(&dir.join("config_sentence_transformers.json"))?.unwrap_or_default(),
             ..empty(Encoder::Transformer)

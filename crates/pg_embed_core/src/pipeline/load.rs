@@ -95,11 +95,12 @@ impl Folder {
         let sparse = layout.sparse.is_some();
         let is_static = matches!(layout.encoder, Encoder::Static | Encoder::Model2Vec);
         let m3 = layout.colbert.is_none()
+            && layout.multi_vector.is_none()
             && !sparse
             && !is_static
             && bdir.join("colbert_linear.pt").exists()
             && bdir.join("sparse_linear.pt").exists();
-        let colbert = layout.colbert.is_some();
+        let colbert = layout.colbert.is_some() || layout.multi_vector.is_some();
         let (config, config_path, head_config, mlm_config) = if is_static {
             let architecture = if layout.encoder == Encoder::Model2Vec { "model2vec" } else { "static_embedding" };
             let config = BackboneConfig::static_embedding(bdir, architecture)?;
@@ -298,9 +299,9 @@ fn build_outputs(
         None => None,
     };
     let tokens = match (text, &weights.late) {
-        (Some((t, _, _)), Some(_)) => Some(TokenOutput::load(
-            layout.colbert.as_ref().map(|(_, settings)| settings),
-            &t.tokenizer,
+        (Some((t, max_length, _)), Some(_)) => Some(TokenOutput::load(
+            (layout.colbert.as_ref().map(|(_, settings)| settings), layout.multi_vector.as_ref().map(|m| &m.settings)),
+            (&t.tokenizer, *max_length),
             weights.backbone.as_ref(),
             (bdir, dir),
             config,
@@ -416,6 +417,7 @@ fn build_weights(
     };
     // The backbone's linear layers in the precision asked for; heads stay float32.
     let precision = options.precision.unwrap_or_default();
+    let late = super::multi::LateHeads::load(bdir, &folder.layout, folder.m3, config.hidden_size(), &vb)?;
     let backbone = crate::layers::with_precision(precision, || config.load(vb)).map_err(|e| e.in_dir(bdir))?;
     if classifier.as_ref().is_some_and(Classifier::needs_pooler) && backbone.pooler_size().is_none() {
         return Err(Error::invalid_file(
@@ -437,7 +439,6 @@ fn build_weights(
         let dim = pooled_dim(pooling, backbone.as_ref(), config);
         outputs::dense_heads(&folder.layout, options, (root, dir), dim)?
     };
-    let late = super::multi::LateHeads::load(bdir, &folder.layout, folder.m3, config.hidden_size())?;
     let parameters = parameters
         + heads.iter().map(Dense::parameters).sum::<usize>()
         + routes.as_ref().map_or(0, Routes::parameters)

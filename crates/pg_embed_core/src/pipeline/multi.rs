@@ -15,7 +15,8 @@ use crate::heads::Dense;
 use crate::late::{lexical_weights, Colbert, MultiVector, Side, SpecialTokens};
 use crate::models::{BackboneConfig, Model};
 use crate::sparse::{Selection, SparseVector};
-use crate::st::{ColbertConfig, Layout};
+use crate::multivector::Projection;
+use crate::st::Layout;
 
 /// The weights of the token heads: the projections of every token (PyLate's Dense modules,
 /// bge-m3's `colbert_linear`) and bge-m3's `sparse_linear`.
@@ -23,18 +24,47 @@ use crate::st::{ColbertConfig, Layout};
 pub(crate) struct LateHeads {
     pub(crate) project: Vec<Dense>,
     pub(crate) sparse: Option<Dense>,
+    /// The projection is a tensor of the backbone's file (Stanford ColBERT's
+    /// `linear.weight`), counted among the backbone's parameters.
+    #[serde(default)]
+    pub(crate) inline: bool,
 }
 
 impl LateHeads {
     /// The token heads of a late-interaction model: a ColBERT model's Dense modules (each
     /// checked against the width before it), bge-m3's `colbert_linear.pt` and
     /// `sparse_linear.pt` beside the backbone (`m3`); None for any other model.
-    pub(crate) fn load(bdir: &Path, layout: &Layout, m3: bool, hidden: usize) -> Result<Option<Self>> {
-        if let Some((folders, _)) = &layout.colbert {
+    pub(crate) fn load(
+        bdir: &Path,
+        layout: &Layout,
+        m3: bool,
+        hidden: usize,
+        vb: &candle_nn::VarBuilder,
+    ) -> Result<Option<Self>> {
+        let folders = match layout.multi_vector.as_ref().map(|m| &m.projection) {
+            Some(Projection::Inline { weights, dim }) => {
+                let name = "linear.weight";
+                let weight = vb.get_unchecked(name).map_err(|e| Error::invalid_file(weights, e))?;
+                let head = Dense::from_weight(&weight, hidden, weights, name)?;
+                if let Some(dim) = dim.filter(|d| *d != head.out_features) {
+                    return Err(Error::Unsupported {
+                        what: "artifact.metadata dim",
+                        value: format!("{dim} (linear.weight has {} rows)", head.out_features),
+                        path: bdir.join("artifact.metadata"),
+                        supported: "the dim of linear.weight (its rows)",
+                    });
+                }
+                return Ok(Some(LateHeads { project: vec![head], sparse: None, inline: true }));
+            }
+            Some(Projection::Folders(folders)) => Some(folders),
+            None => layout.colbert.as_ref().map(|(folders, _)| folders),
+        };
+        if let Some(folders) = folders {
+            let tokens = layout.multi_vector.is_some();
             let mut project = Vec::with_capacity(folders.len());
             let mut dim = hidden;
             for folder in folders {
-                let head = Dense::load(folder)?;
+                let head = if tokens { Dense::load_tokens(folder)? } else { Dense::load(folder)? };
                 if head.in_features != dim {
                     return Err(Error::invalid_file(
                         folder.join("config.json"),
@@ -44,7 +74,7 @@ impl LateHeads {
                 dim = head.out_features;
                 project.push(head);
             }
-            return Ok(Some(LateHeads { project, sparse: None }));
+            return Ok(Some(LateHeads { project, sparse: None, inline: false }));
         }
         if !m3 {
             return Ok(None);
@@ -57,10 +87,13 @@ impl LateHeads {
                 format!("weight has {} outputs; a token weight head has 1", sparse.out_features),
             ));
         }
-        Ok(Some(LateHeads { project: vec![colbert], sparse: Some(sparse) }))
+        Ok(Some(LateHeads { project: vec![colbert], sparse: Some(sparse), inline: false }))
     }
 
     pub(crate) fn parameters(&self) -> usize {
+        if self.inline {
+            return 0;
+        }
         self.project.iter().chain(&self.sparse).map(Dense::parameters).sum()
     }
 
@@ -83,14 +116,12 @@ impl ColbertTokens {
     /// against the tokenizer (and its special tokens, `specials`) and checked against what
     /// the backbone computes. `dirs`: the backbone's folder and the model's.
     pub(crate) fn load(
-        colbert: &ColbertConfig,
-        specials: &SpecialTokens,
+        settings: Colbert,
         tokenizer: &Tokenizer,
         backbone: &dyn Model,
         (bdir, dir): (&Path, &Path),
         config: &BackboneConfig,
     ) -> Result<Self> {
-        let settings = Colbert::resolve(colbert, tokenizer, specials, &dir.join("config_sentence_transformers.json"))?;
         let hidden_expansion = settings.query_expansion && !settings.attend_to_expansion_tokens;
         if hidden_expansion && !backbone.hides_keys() {
             return Err(Error::Unsupported {
@@ -121,10 +152,29 @@ impl ColbertTokens {
         ColbertTokens::cut(settings, tokenizer)
     }
 
-    /// `tokenizer` (padding off) cut at each side's length.
+    /// `tokenizer` (padding off) cut at each side's length, with the prefixes the
+    /// settings register (as MultiVectorEncoder's `_register_prefix_tokens`: a prefix, or
+    /// its first word, that is a token the tokenizer splits becomes a special token, not
+    /// normalized).
     fn cut(settings: Colbert, tokenizer: &Tokenizer) -> Result<Self> {
+        let mut registered = tokenizer.clone();
+        for value in &settings.register_prefixes {
+            let Some(word) = value.split_whitespace().next() else { continue };
+            for prefix in [value.as_str(), word] {
+                if tokenizer.token_to_id(prefix).is_none() {
+                    continue;
+                }
+                let pieces = tokenizer.encode(prefix, false).map_err(|e| Error::Tokenize(e.to_string()))?;
+                if pieces.get_tokens() != [prefix] {
+                    registered
+                        .add_special_tokens([tokenizers::AddedToken::from(prefix, true).normalized(false)])
+                        .map_err(|e| Error::Tokenize(e.to_string()))?;
+                }
+                break;
+            }
+        }
         let cut = |side| -> Result<Tokenizer> {
-            let mut t = tokenizer.clone();
+            let mut t = registered.clone();
             let max_length = settings.tokenizer_length(side);
             t.with_truncation(Some(TruncationParams { max_length, ..Default::default() }))
                 .map_err(|e| Error::Tokenize(e.to_string()))?;
@@ -140,7 +190,8 @@ impl ColbertTokens {
             "kind": "colbert",
             "dim": heads.dim(),
             "project": project,
-            "normalize": true,
+            "normalize": {"query": self.settings.normalize_query, "document": self.settings.normalize_document},
+            "similarity": self.settings.similarity,
             "settings": self.settings,
         })
     }
@@ -229,9 +280,22 @@ impl Pipeline {
     ) -> Result<Vec<MultiVector>> {
         let (late, heads) = self.late("embed_multi")?;
         let side = Side::parse(prompt_name)?;
+        let normalize = match late {
+            Late::Colbert(c) => c.settings.normalizes(side),
+            Late::M3(_) => true,
+        };
         self.late_batched(late, side, texts, (max_batch_tokens, threads), &mut before_batch, |rows, hidden| {
-            self.token_vectors(heads, rows, hidden)
+            self.token_vectors(heads, rows, hidden, normalize)
         })
+    }
+
+    /// The token ids the backbone takes for `text` on the side `prompt_name` names (as
+    /// `embed_multi`), and which of them have a vector.
+    pub fn multi_tokens(&self, text: &str, prompt_name: Option<&str>) -> Result<(Vec<u32>, Vec<bool>)> {
+        let (late, _) = self.late("embed_multi")?;
+        let row = self.late_rows(late, Side::parse(prompt_name)?, &[text])?.pop();
+        let row = row.ok_or_else(|| Error::Inference("no tokens".into()))?;
+        Ok((row.encoded.ids, row.kept))
     }
 
     /// The inputs tokenized for `side` (`late_rows`) and run through the backbone in
@@ -267,7 +331,7 @@ impl Pipeline {
         let rows: Vec<&Row> = rows.iter().collect();
         let hidden = self.late_forward(&rows)?;
         let (row, h) = (rows[0], &hidden[0]);
-        let multi = self.token_vectors(heads, &rows, &hidden).pop().ok_or_else(|| Error::Inference("no token vectors".into()))?;
+        let multi = self.token_vectors(heads, &rows, &hidden, true).pop().ok_or_else(|| Error::Inference("no token vectors".into()))?;
         let weights = lexical_weights(&row.encoded.ids, &sparse.forward(h), &lexical.unused, lexical.vocab);
         let pooled = crate::pooling::pool(
             h,
@@ -312,13 +376,17 @@ impl Pipeline {
                 let row = match late {
                     Late::Colbert(ColbertTokens { settings, query, document }) => {
                         let tokenizer = if side == Side::Query { query } else { document };
-                        let (mut ids, mut types, cut) = encode_typed(tokenizer, text.lowercase, t)?;
+                        let prompted = match settings.prompt(side) {
+                            "" => std::borrow::Cow::Borrowed(*t),
+                            prompt => std::borrow::Cow::Owned(format!("{prompt}{t}")),
+                        };
+                        let (mut ids, mut types, cut) = encode_typed(tokenizer, text.lowercase, &prompted)?;
                         truncated += usize::from(cut);
                         if !text.type_ids {
                             types.clear();
                         }
-                        let keys = settings.input(side, &mut ids, &mut types);
-                        let kept = ids.iter().map(|&id| settings.keeps(side, id)).collect();
+                        let (keys, real) = settings.input(side, &mut ids, &mut types);
+                        let kept = settings.kept(side, &ids, real);
                         Row { encoded: Encoded { ids, types, skip: 0 }, keys, kept }
                     }
                     Late::M3(_) => {
@@ -364,9 +432,9 @@ impl Pipeline {
     }
 
     /// The kept tokens of each of `rows` (hidden states `hidden`) through the projections,
-    /// each token's vector L2-normalised (torch's `F.normalize`): the batch's kept tokens
-    /// as one matrix, so the projections run on the compute threads.
-    fn token_vectors(&self, heads: &LateHeads, rows: &[&Row], hidden: &[Vec<f32>]) -> Vec<MultiVector> {
+    /// each token's vector L2-normalised (torch's `F.normalize`) when `normalize`: the
+    /// batch's kept tokens as one matrix, so the projections run on the compute threads.
+    fn token_vectors(&self, heads: &LateHeads, rows: &[&Row], hidden: &[Vec<f32>], normalize: bool) -> Vec<MultiVector> {
         let h = self.hidden_size.max(1);
         let mut x = Vec::new();
         let mut counts = Vec::with_capacity(rows.len());
@@ -381,7 +449,9 @@ impl Pipeline {
             x = head.forward(&x);
         }
         let dim = heads.dim().unwrap_or(h).max(1);
-        crate::pooling::l2_normalize_rows(&mut x, dim);
+        if normalize {
+            crate::pooling::l2_normalize_rows(&mut x, dim);
+        }
         let mut at = 0;
         counts
             .into_iter()

@@ -12,7 +12,8 @@ use super::sparse::SparseStage;
 use crate::classifier::{Classifier, HeadConfig};
 use crate::error::{Error, Result};
 use crate::heads::Dense;
-use crate::late::SpecialTokens;
+use crate::late::{Colbert, SpecialTokens};
+use crate::multivector::MultiVectorSettings;
 use crate::st::ColbertConfig;
 use crate::models::{BackboneConfig, Model};
 use crate::options::{LongInput, Options};
@@ -207,24 +208,26 @@ pub(super) enum TokenOutput {
 }
 
 impl TokenOutput {
-    /// The builder of the token outputs: ColBERT's (`colbert`: its PyLate settings), else
-    /// bge-m3's lexical weights (with `selection`). `dirs`: the backbone's folder and the
-    /// model's.
+    /// The builder of the token outputs: ColBERT's (`colbert`: its PyLate settings; `mv`: a
+    /// layout MultiVectorEncoder reads, with the model's `max_length`), else bge-m3's lexical
+    /// weights (with `selection`). `dirs`: the backbone's folder and the model's.
     pub(super) fn load(
-        colbert: Option<&ColbertConfig>,
-        tokenizer: &Tokenizer,
+        (colbert, mv): (Option<&ColbertConfig>, Option<&MultiVectorSettings>),
+        (tokenizer, max_length): (&Tokenizer, usize),
         backbone: &dyn Model,
         (bdir, dir): (&Path, &Path),
         config: &BackboneConfig,
         selection: Selection,
     ) -> Result<Self> {
         let specials = SpecialTokens::read(&bdir.join("tokenizer_config.json"))?;
-        Ok(match colbert {
-            None => TokenOutput::M3(Lexical::load(&specials, tokenizer, config, selection)),
-            Some(colbert) => {
-                TokenOutput::Colbert(Box::new(ColbertTokens::load(colbert, &specials, tokenizer, backbone, (bdir, dir), config)?))
+        let settings = match (colbert, mv) {
+            (_, Some(mv)) => Colbert::resolve_multi_vector(mv, tokenizer, &specials, max_length, &dir.join("modules.json"))?,
+            (Some(colbert), None) => {
+                Colbert::resolve(colbert, tokenizer, &specials, &dir.join("config_sentence_transformers.json"))?
             }
-        })
+            (None, None) => return Ok(TokenOutput::M3(Lexical::load(&specials, tokenizer, config, selection))),
+        };
+        Ok(TokenOutput::Colbert(Box::new(ColbertTokens::load(settings, tokenizer, backbone, (bdir, dir), config)?)))
     }
 }
 
