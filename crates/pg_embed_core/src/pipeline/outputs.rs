@@ -35,9 +35,6 @@ use crate::st::Layout;
 ///   its builder reads from the tokenizer (the LM head's weights a new part of
 ///   `Weights`); the score the difference of the two logits at the last token, asked for
 ///   by `classify`/`rerank` through an accessor as `classifier` is;
-/// - a sparse autoencoder (top-k after pooling): a variant holding a [`DenseOutput`] for
-///   the pooling and heads before it and its `k`, whose output `sparse` returns (so
-///   `embed_sparse` asks for a sparse output whatever makes it);
 /// - per-task adapters: beside `routing`, a property of every output: the adapter a call
 ///   names (as it names a route) picks the backbone's weights before any output runs.
 pub(crate) struct Outputs {
@@ -50,8 +47,9 @@ pub(crate) struct Outputs {
 pub(crate) enum Gives {
     /// Pooled vectors (`embed`, `embed_images`): pooling, Dense heads, normalize, truncation.
     Dense(DenseOutput),
-    /// Sparse vectors (`embed_sparse`): SPLADE over the MLM head's logits, and an
-    /// inference-free model's query route.
+    /// Sparse vectors (`embed_sparse`): SPLADE over the MLM head's logits, an
+    /// inference-free model's query route, or a dense output through a sparse autoencoder
+    /// (CSR; see [`super::sparse::SparseKind`]).
     Sparse(Box<SparseStage>),
     /// Token vectors (`embed_multi`): a ColBERT model.
     Multi(Box<ColbertTokens>),
