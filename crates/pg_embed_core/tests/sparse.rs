@@ -415,7 +415,7 @@ fn csr_layouts_pg_embed_does_not_compute_are_refused_by_name() {
     }), fa, &["module sequence", "SparseAutoEncoder at position 1"]);
     let bad = SqlState::InvalidParameterValue;
     refused("max_terms", serde_json::json!({"max_terms": 129}), &|_| (), bad, &["max_terms 129", "hidden_dim 128"]);
-    refused("pooling", serde_json::json!({"pooling": "cls"}), &|_| (), bad, &["\"pooling\"", "applies to dense embedding models"]);
+    refused("pooling", serde_json::json!({"pooling": "cls"}), &|_| (), bad, &["\"pooling\"", "applies to dense embedding models; this one is sparse (CSR)"]);
     refused("dimensions", serde_json::json!({"dimensions": 8}), &|_| (), bad, &["\"dimensions\""]);
     // A width that does not fit, and a bad model max_active_dims: damaged files.
     let corrupt = SqlState::DataCorrupted;

@@ -47,7 +47,7 @@ impl Pipeline {
         let task = Task::decide(options, &folder)?;
         let selection = outputs::check_output_options(
             options,
-            (folder.sparse, folder.m3, folder.colbert, task.classify),
+            (folder.sparse_kind(), folder.m3, folder.colbert, task.classify),
         )?;
         check_input_options(options, folder.config.modality())?;
         let pooling = Pooling::resolve(options, &folder, task.classify)?;
@@ -124,6 +124,15 @@ impl Folder {
     fn bdir(&self) -> &Path {
         &self.layout.backbone_dir
     }
+
+    /// A sparse encoder's kind, for messages: "SPLADE" (an inference-free one too) or "CSR".
+    fn sparse_kind(&self) -> Option<&'static str> {
+        match (self.sparse, self.layout.autoencoder.is_some()) {
+            (false, _) => None,
+            (true, true) => Some("CSR"),
+            (true, false) => Some("SPLADE"),
+        }
+    }
 }
 
 /// What the model is loaded for.
@@ -160,7 +169,7 @@ impl Task {
             Some("classify") if sparse || is_static => {
                 return Err(Error::InvalidOptions(format!(
                     "task \"classify\" needs a *ForSequenceClassification checkpoint; this is a {} model",
-                    if sparse { "sparse (SPLADE)" } else { "static embedding" }
+                    folder.sparse_kind().map_or("static embedding".into(), |kind| format!("sparse ({kind})"))
                 )))
             }
             Some("classify") => true,
