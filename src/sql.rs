@@ -49,9 +49,9 @@ fn embed_one(model: &str, input: &str, prompt_name: Option<&str>) -> Vec<f32> {
     vectors.pop().unwrap_or_else(|| raise(Error::Inference("no output for the input".into())))
 }
 
-/// `embed_sparse(model, input)`: the input's sparse vector (a SPLADE or inference-free
-/// sparse encoder) as pgvector's `sparsevec` text, `{id:weight,...}/vocabulary size` with
-/// 1-based ids: cast it with `::sparsevec`.
+/// `embed_sparse(model, input)`: the input's sparse vector (a SPLADE, inference-free or CSR
+/// sparse encoder) as pgvector's `sparsevec` text, `{id:weight,...}/dimension` (the
+/// vocabulary; a CSR model's latents) with 1-based ids: cast it with `::sparsevec`.
 #[pg_extern(immutable, strict, parallel_safe)]
 fn embed_sparse(model: &str, input: &str) -> String {
     sparse_one(model, input, None)
@@ -485,7 +485,8 @@ mod embed {
     /// The resolved pipeline of a registered model: architecture, pooling, heads,
     /// normalize, dim, max_length, parameters.
     /// `embed.sparse_terms(model, input)`: the terms of the input's sparse vector, best
-    /// first: each vocabulary id's token and weight (why a document matched).
+    /// first: each vocabulary id's token and weight (why a document matched); a CSR
+    /// model's latent ids (0-based), its latents being no tokens.
     #[pg_extern(immutable, strict, parallel_safe)]
     fn sparse_terms(
         model: &str,

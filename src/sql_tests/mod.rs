@@ -1,11 +1,12 @@
 //! `#[pg_test]`s for the SQL surface: run inside a real backend by `cargo pgrx test`.
 //! `surface`: the inference functions, registration, options, classify and rerank;
 //! `operations`: the cache, long inputs and chunks, privileges, the hub cache, failures;
-//! `images`: the image functions.
+//! `images`: the image functions; `sparse`: a CSR sparse encoder.
 
 mod images;
 mod late;
 mod operations;
+mod sparse;
 mod surface;
 
 use pgrx::prelude::*;

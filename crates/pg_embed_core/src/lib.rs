@@ -3,6 +3,7 @@
 //! extension crate at the repository root is the SQL edge over this crate; everything here
 //! is tested with plain `cargo test -p pg_embed_core`.
 
+pub mod autoencoder;
 pub mod buffer;
 pub mod changes;
 pub mod chunk;

@@ -39,6 +39,8 @@ enum Kind {
     Router,
     /// PyLate's Dense: a projection of every token (a ColBERT model, no pooling).
     TokenDense,
+    /// A top-k sparse autoencoder over the sentence embedding (CSR).
+    SparseAutoEncoder,
 }
 
 /// Module class paths as modules.json stores them: sentence-transformers < 6 and 6.x.
@@ -69,11 +71,13 @@ const MODULES: &[(&str, Kind)] = &[
     ("sentence_transformers.base.modules.router.Router", Kind::Router),
     // sentence-transformers < 5 (5 and later: an alias of Router).
     ("sentence_transformers.models.Asym", Kind::Router),
+    ("sentence_transformers.sparse_encoder.models.SparseAutoEncoder", Kind::SparseAutoEncoder),
+    ("sentence_transformers.sparse_encoder.modules.sparse_auto_encoder.SparseAutoEncoder", Kind::SparseAutoEncoder),
     // PyLate (ColBERT): Dense projections of the token embeddings.
     ("pylate.models.Dense.Dense", Kind::TokenDense),
 ];
 const SUPPORTED_MODULES: &str = "Transformer, Pooling, Dense, Normalize, StaticEmbedding, CLIPModel, MLMTransformer, \
-     SpladePooling, a Router of SparseStaticEmbedding and MLMTransformer + SpladePooling, and a Router \
+     SpladePooling, SparseAutoEncoder, a Router of SparseStaticEmbedding and MLMTransformer + SpladePooling, and a Router \
      (or Asym) of Dense modules per route after Pooling \
      (sentence_transformers.models.* and sparse_encoder.models.* or their 6.x paths), and PyLate's Dense \
      (pylate.models.Dense.Dense) after a Transformer";
@@ -93,7 +97,8 @@ const SUPPORTED_ORDERS: &str = "Transformer, then Pooling, Dense..., Normalize; 
      Dense..., Normalize; either with one Router (or Asym) of Dense modules per route among the Dense \
      modules; Transformer (transformer_task fill-mask) or MLMTransformer, then SpladePooling; \
      a Router of SparseStaticEmbedding (query) and MLMTransformer + SpladePooling (document); \
-     Transformer, then PyLate's Dense modules (ColBERT)";
+     Transformer, then PyLate's Dense modules (ColBERT); Transformer, then Pooling, Dense..., Normalize, \
+     SparseAutoEncoder (CSR, the last module)";
 /// What the routes of a Router after pooling may hold.
 const SUPPORTED_DENSE_ROUTES: &str = "routes of Dense modules only (sentence_embedding in and out), chosen by \
      task; an input module (Transformer, StaticEmbedding) per route is computed only as the inference-free \
@@ -174,6 +179,9 @@ pub struct ModelConfig {
     pub prompts: BTreeMap<String, String>,
     #[serde(default)]
     pub default_prompt_name: Option<String>,
+    /// A SparseEncoder's default `max_active_dims` (a CSR model's: the autoencoder's k).
+    #[serde(default)]
+    pub max_active_dims: Option<usize>,
 }
 
 /// A Pooling module as resolved from its config.json.
@@ -406,6 +414,8 @@ pub struct Layout {
     pub colbert: Option<(Vec<PathBuf>, ColbertConfig)>,
     /// A multi-vector model as sentence-transformers' MultiVectorEncoder reads it.
     pub multi_vector: Option<crate::multivector::MultiVectorLayout>,
+    /// A CSR model's SparseAutoEncoder folder, after the dense modules.
+    pub autoencoder: Option<PathBuf>,
 }
 
 /// model2vec's config.json.
@@ -479,6 +489,7 @@ impl Layout {
             prompts: ModelConfig::default(),
             colbert: None,
             multi_vector: None,
+            autoencoder: None,
         };
         if let Some(config) = model2vec {
             let normalize = config.normalize;
@@ -512,9 +523,19 @@ impl Layout {
             }
         }
         let mut seen_transformer = false;
+        let sequence = |value| Error::Unsupported {
+            what: "module sequence",
+            value,
+            path: modules_path.clone(),
+            supported: SUPPORTED_ORDERS,
+        };
         for (i, module) in modules.iter().enumerate() {
             let folder = safe_join(dir, &module.path, &modules_path)?;
             let kind = kind_of(module);
+            // The SparseAutoEncoder's output is the model's: nothing may follow it.
+            if kind.is_some() && layout.autoencoder.is_some() {
+                return Err(sequence(format!("{} at position {i} of {}", module.kind, class_list(&modules))));
+            }
             match kind {
                 Some(Kind::Transformer | Kind::MlmTransformer) if i == 0 => {
                     seen_transformer = true;
@@ -583,25 +604,21 @@ impl Layout {
                         None => layout.colbert = Some((vec![folder], read_json_opt(&path)?.unwrap_or_default())),
                     }
                 }
+                Some(Kind::SparseAutoEncoder) if layout.pooling.is_some() && layout.router.is_none() => {
+                    layout.autoencoder = Some(folder)
+                }
                 // Sentence-transformers builds Normalize without reading its folder,
                 // which released models often do not ship.
                 Some(Kind::Normalize) if seen_transformer && layout.encoder != Encoder::MaskedLm => {
                     layout.normalize = true
                 }
-                Some(_) => {
-                    return Err(Error::Unsupported {
-                        what: "module sequence",
-                        value: format!("{} at position {i} of {}", module.kind, class_list(&modules)),
-                        path: modules_path,
-                        supported: SUPPORTED_ORDERS,
-                    })
-                }
+                Some(_) => return Err(sequence(format!("{} at position {i} of {}", module.kind, class_list(&modules)))),
                 None => {
                     let other = module.kind.as_str();
                     return Err(Error::Unsupported {
                         what: "sentence-transformers module",
                         value: other.to_string(),
-                        path: modules_path,
+                        path: modules_path.clone(),
                         supported: SUPPORTED_MODULES,
                     });
                 }
@@ -609,12 +626,7 @@ impl Layout {
         }
         // No Transformer first (an empty list among them), or a masked-LM without SpladePooling.
         if !seen_transformer || (layout.encoder == Encoder::MaskedLm && layout.sparse.is_none()) {
-            return Err(Error::Unsupported {
-                what: "module sequence",
-                value: class_list(&modules),
-                path: modules_path,
-                supported: SUPPORTED_ORDERS,
-            });
+            return Err(sequence(class_list(&modules)));
         }
         Ok(layout)
     }

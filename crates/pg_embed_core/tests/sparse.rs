@@ -267,3 +267,185 @@ fn static_models_match_sentence_transformers_and_model2vec() {
         assert_close(&got, &floats(&case["embedding_unnormalized"]), "model2vec unnormalized");
     }
 }
+
+// CSR: a dense model, then a top-k SparseAutoEncoder (scripts/gen_csr_fixtures.py,
+// tests/fixtures/sparse/csr).
+
+fn csr_golden() -> Value {
+    let path = root().join("tests/fixtures/sparse/csr/golden.json");
+    serde_json::from_slice(&std::fs::read(&path).unwrap()).expect("csr golden parses")
+}
+
+fn csr_load(name: &str, options: Value) -> pg_embed_core::error::Result<Pipeline> {
+    Pipeline::load(&dir("csr").join(name), &Options::from_json(&options)?)
+}
+
+/// Latent ids exactly, values within 1e-4 x max(1, |value|); the largest relative difference.
+fn check_csr(got: &SparseVector, case: &Value, suffix: &str, what: &str) -> f32 {
+    let (want_i, want_v) = (ids(&case[format!("indices{suffix}")]), floats(&case[format!("values{suffix}")]));
+    assert_eq!(got.indices, want_i, "{what}: active latents");
+    let worst = got.values.iter().zip(&want_v).map(|(g, w)| (g - w).abs() / w.abs().max(1.0)).fold(0f32, f32::max);
+    assert!(worst <= WEIGHT_TOLERANCE, "{what}: values differ by {worst} (relative)");
+    worst
+}
+
+#[test]
+fn csr_matches_sentence_transformers_encode() {
+    let g = csr_golden();
+    let all = g["models"].as_object().unwrap();
+    assert_eq!(all.len(), 2);
+    for (name, model) in all {
+        let p = csr_load(name, serde_json::json!({})).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(p.info().task, "sparse");
+        assert_eq!(p.dim(), model["dim"].as_u64().unwrap() as usize, "{name}: dim is the autoencoder's hidden_dim");
+        let sparse_info = p.info().sparse.clone().unwrap();
+        assert_eq!(sparse_info["max_active_dims"], model["model_max_active_dims"], "{name}");
+        assert_eq!(sparse_info["autoencoder"]["k"], model["sae_config"]["k"], "{name}");
+        let cases = model["cases"].as_array().unwrap();
+        let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
+        let mut worst = 0f32;
+        for (case, text) in cases.iter().zip(&texts) {
+            let what = format!("{name}/{}", case["name"]);
+            assert_eq!(p.tokenize(text).unwrap(), ids(&case["input_ids"]), "{what}: input ids");
+            let one = sparse(&p, &[text], None).pop().unwrap();
+            assert_eq!(one.dim, p.dim());
+            worst = worst.max(check_csr(&one, case, "", &what));
+        }
+        for (got, case) in sparse(&p, &texts, None).iter().zip(cases) {
+            worst = worst.max(check_csr(got, case, "", &format!("{name}/{} (batched)", case["name"])));
+        }
+        let small = p.embed_sparse(&texts, None, 16, 1, || Ok(())).unwrap();
+        for (got, case) in small.iter().zip(cases) {
+            check_csr(got, case, "", &format!("{name}/{} (batches of 16 tokens)", case["name"]));
+        }
+        // max_terms is encode's max_active_dims: the autoencoder's top-k takes it, more
+        // than the model's k included.
+        let explicit: Vec<String> = cases[0]
+            .as_object()
+            .unwrap()
+            .keys()
+            .filter_map(|k| k.strip_prefix("indices_max_active_dims_").map(str::to_string))
+            .collect();
+        assert!(!explicit.is_empty());
+        for k in explicit {
+            let p = csr_load(name, serde_json::json!({"max_terms": k.parse::<usize>().unwrap()})).unwrap();
+            for (got, case) in sparse(&p, &texts, None).iter().zip(cases) {
+                let what = format!("{name}/{} max_active_dims {k}", case["name"]);
+                worst = worst.max(check_csr(got, case, &format!("_max_active_dims_{k}"), &what));
+            }
+        }
+        eprintln!("{name}: {} cases, worst relative difference {worst:e}", cases.len());
+    }
+}
+
+#[test]
+fn csr_terms_are_latent_ids_and_embed_names_embed_sparse() {
+    let g = csr_golden();
+    let model = &g["models"]["csr_dense_normalize"];
+    let p = csr_load("csr_dense_normalize", serde_json::json!({})).unwrap();
+    // sentence-transformers' decode looks the latent ids up in the vocabulary; they are not
+    // tokens, so the terms are the ids (0-based), best first.
+    let d = &model["decode"][0];
+    let case = model["cases"].as_array().unwrap().iter().find(|c| c["name"] == d["case"]).unwrap();
+    let terms = p.sparse_terms(case["text"].as_str().unwrap(), 1).unwrap();
+    let mut want: Vec<(u32, f32)> = ids(&case["indices"]).into_iter().zip(floats(&case["values"])).collect();
+    want.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let want_ids: Vec<String> = want.iter().map(|(i, _)| i.to_string()).collect();
+    assert_eq!(terms.iter().map(|(t, _)| t.clone()).collect::<Vec<_>>(), want_ids);
+    assert_eq!(terms.len(), case["nnz"].as_u64().unwrap() as usize);
+    let k = d["top_k"].as_u64().unwrap() as usize;
+    let weights: Vec<f32> = terms[..k.min(terms.len())].iter().map(|(_, w)| *w).collect();
+    assert!(max_abs_diff(&weights, &floats(&d["weights"])) <= WEIGHT_TOLERANCE * 10.0);
+
+    let err = p.embed(&["hello"]).unwrap_err();
+    assert!(matches!(err, Error::WrongOutput { instead: "embed_sparse", .. }), "{err}");
+    assert_eq!(err.sqlstate(), SqlState::WrongObjectType);
+    // min_weight applies after the top-k.
+    let p = csr_load("csr_mean", serde_json::json!({"min_weight": 6.0})).unwrap();
+    let case = &g["models"]["csr_mean"]["cases"][0];
+    let heavy: Vec<u32> =
+        ids(&case["indices"]).into_iter().zip(floats(&case["values"])).filter(|(_, v)| *v >= 6.0).map(|(i, _)| i).collect();
+    assert!(!heavy.is_empty() && heavy.len() < 8, "the case separates min_weight");
+    assert_eq!(sparse(&p, &[case["text"].as_str().unwrap()], None)[0].indices, heavy);
+}
+
+/// A copy of a CSR fixture, edited by `edit` (given the copy's folder), loaded.
+fn csr_edited(tag: &str, options: Value, edit: impl FnOnce(&std::path::Path)) -> pg_embed_core::error::Result<Pipeline> {
+    let copy = std::env::temp_dir().join(format!("pg_embed_csr_{tag}_{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&copy);
+    copy_model(&dir("csr").join("csr_mean"), &copy);
+    edit(&copy);
+    let p = Pipeline::load(&copy, &Options::from_json(&options)?);
+    let _ = std::fs::remove_dir_all(&copy);
+    p
+}
+
+fn edit_json(path: &std::path::Path, edit: impl FnOnce(&mut Value)) {
+    let mut v: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    edit(&mut v);
+    std::fs::write(path, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
+}
+
+#[test]
+fn csr_layouts_pg_embed_does_not_compute_are_refused_by_name() {
+    fn refused(tag: &str, options: Value, edit: &dyn Fn(&std::path::Path), state: SqlState, names: &[&str]) {
+        let err = csr_edited(tag, options, edit).err().unwrap_or_else(|| panic!("{tag}: loaded"));
+        let msg = err.to_string();
+        assert_eq!(err.sqlstate(), state, "{tag}: {msg}");
+        for n in names {
+            assert!(msg.contains(n), "{tag}: {msg} does not name {n}");
+        }
+    }
+    let sae = "2_SparseAutoEncoder";
+    let fa = SqlState::FeatureNotSupported;
+    refused("no_weights", serde_json::json!({}), &|d| std::fs::remove_file(d.join(sae).join("model.safetensors")).unwrap(), fa, &[
+        "SparseAutoEncoder without weights",
+        "model.safetensors",
+    ]);
+    refused("unknown_key", serde_json::json!({}), &|d| edit_json(&d.join(sae).join("config.json"), |c| c["use_bias"] = true.into()), fa, &[
+        "SparseAutoEncoder config key",
+        "use_bias",
+    ]);
+    refused("after_sae", serde_json::json!({}), &|d| edit_json(&d.join("modules.json"), |m| {
+        let normalize = serde_json::json!({"idx": 3, "name": "3", "path": "3_Normalize", "type": "sentence_transformers.base.modules.normalize.Normalize"});
+        m.as_array_mut().unwrap().push(normalize);
+    }), fa, &["module sequence", "Normalize at position 3"]);
+    refused("no_pooling", serde_json::json!({}), &|d| edit_json(&d.join("modules.json"), |m| {
+        m.as_array_mut().unwrap().remove(1);
+    }), fa, &["module sequence", "SparseAutoEncoder at position 1"]);
+    let bad = SqlState::InvalidParameterValue;
+    refused("max_terms", serde_json::json!({"max_terms": 129}), &|_| (), bad, &["max_terms 129", "hidden_dim 128"]);
+    refused("pooling", serde_json::json!({"pooling": "cls"}), &|_| (), bad, &["\"pooling\"", "applies to dense embedding models; this one is sparse (CSR)"]);
+    refused("dimensions", serde_json::json!({"dimensions": 8}), &|_| (), bad, &["\"dimensions\""]);
+    // A width that does not fit, and a bad model max_active_dims: damaged files.
+    let corrupt = SqlState::DataCorrupted;
+    refused("input_dim", serde_json::json!({}), &|d| edit_json(&d.join(sae).join("config.json"), |c| c["input_dim"] = 16.into()), corrupt, &[
+        "input_dim 16",
+    ]);
+    refused("max_active_dims", serde_json::json!({}), &|d| edit_json(&d.join("config_sentence_transformers.json"), |c| c["max_active_dims"] = 0.into()), corrupt, &[
+        "max_active_dims 0",
+    ]);
+}
+
+#[test]
+fn csr_weights_mapped_from_the_shared_file_give_the_same_vectors() {
+    use pg_embed_core::pipeline::Share;
+    use pg_embed_core::prepared::Store;
+    let tmp = std::env::temp_dir().join(format!("pg_embed_csr_store_{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    let store = Store::open(&tmp).unwrap();
+    let no_interrupt = || -> pg_embed_core::error::Result<()> { Ok(()) };
+    let repo = root().canonicalize().unwrap();
+    let model = dir("csr").join("csr_dense_normalize").canonicalize().unwrap();
+    let texts = ["Hello world", "The quick brown fox jumps over the lazy dog."];
+    let private = csr_load("csr_dense_normalize", serde_json::json!({})).unwrap();
+    let want = sparse(&private, &texts, None);
+    let share = Share { store: &store, files: None, model: "m", source: "src", interrupt: &no_interrupt };
+    let built = Pipeline::load_shared(&repo, &model, &Options::default(), Some(&share)).unwrap();
+    built.sharing().writing.as_ref().expect("the first load builds").wait().clone().unwrap();
+    let mapped = Pipeline::load_shared(&repo, &model, &Options::default(), Some(&share)).unwrap();
+    assert!(mapped.sharing().file.is_some(), "the second load maps the file");
+    assert_eq!(sparse(&mapped, &texts, None), want);
+    assert_eq!(mapped.info().parameters, private.info().parameters);
+    let _ = std::fs::remove_dir_all(&tmp);
+}

@@ -13,6 +13,7 @@ use super::input::{check_input_options, Inputs, TextInput};
 use super::outputs::{self, DenseOutput, Gives, Outputs, TokenOutput};
 use super::routes::{Routes, Routing};
 use super::{Input, Pipeline, PipelineInfo, Share, Sharing, SparseStage, Stats, Weights};
+use crate::autoencoder::SparseAutoEncoder;
 use crate::classifier::{Classifier, HeadConfig};
 use crate::error::{Error, Result};
 use crate::heads::Dense;
@@ -46,7 +47,7 @@ impl Pipeline {
         let task = Task::decide(options, &folder)?;
         let selection = outputs::check_output_options(
             options,
-            (folder.sparse, folder.m3, folder.colbert, task.classify),
+            (folder.sparse_kind(), folder.m3, folder.colbert, task.classify),
         )?;
         check_input_options(options, folder.config.modality())?;
         let pooling = Pooling::resolve(options, &folder, task.classify)?;
@@ -76,7 +77,7 @@ struct Folder {
     head_config: HeadConfig,
     /// A sparse encoder's: what its MLM head reads.
     mlm_config: Option<MlmConfig>,
-    /// A sparse encoder (SPLADE).
+    /// A sparse encoder (SPLADE, or CSR: a SparseAutoEncoder after the dense modules).
     sparse: bool,
     /// A static embedding model: no transformer, and no compute threads.
     is_static: bool,
@@ -92,7 +93,7 @@ impl Folder {
     fn read(dir: &Path) -> Result<Self> {
         let layout = Layout::read(dir)?;
         let bdir = layout.backbone_dir.as_path();
-        let sparse = layout.sparse.is_some();
+        let sparse = layout.sparse.is_some() || layout.autoencoder.is_some();
         let is_static = matches!(layout.encoder, Encoder::Static | Encoder::Model2Vec);
         let m3 = layout.colbert.is_none()
             && layout.multi_vector.is_none()
@@ -111,7 +112,7 @@ impl Folder {
             let config = BackboneConfig::parse(&config_path, &config_bytes)?;
             let head_config: HeadConfig =
                 serde_json::from_slice(&config_bytes).map_err(|e| Error::invalid_file(&config_path, e))?;
-            let mlm_config: Option<MlmConfig> = if sparse {
+            let mlm_config: Option<MlmConfig> = if layout.sparse.is_some() {
                 Some(serde_json::from_slice(&config_bytes).map_err(|e| Error::invalid_file(&config_path, e))?)
             } else {
                 None
@@ -123,6 +124,15 @@ impl Folder {
 
     fn bdir(&self) -> &Path {
         &self.layout.backbone_dir
+    }
+
+    /// A sparse encoder's kind, for messages: "SPLADE" (an inference-free one too) or "CSR".
+    fn sparse_kind(&self) -> Option<&'static str> {
+        match (self.sparse, self.layout.autoencoder.is_some()) {
+            (false, _) => None,
+            (true, true) => Some("CSR"),
+            (true, false) => Some("SPLADE"),
+        }
     }
 }
 
@@ -160,7 +170,7 @@ impl Task {
             Some("classify") if sparse || is_static => {
                 return Err(Error::InvalidOptions(format!(
                     "task \"classify\" needs a *ForSequenceClassification checkpoint; this is a {} model",
-                    if sparse { "sparse (SPLADE)" } else { "static embedding" }
+                    folder.sparse_kind().map_or("static embedding".into(), |kind| format!("sparse ({kind})"))
                 )))
             }
             Some("classify") => true,
@@ -212,7 +222,7 @@ impl Pooling {
             // A classifier's head does its own pooling.
             _ if classify => (Vec::new(), "none (the classification head pools)".to_string()),
             // SpladePooling pools the MLM head's logits (see `sparse` in model_info).
-            _ if folder.sparse => {
+            _ if layout.sparse.is_some() => {
                 let splade = layout.sparse.as_ref().map(|s| s.pooling_path.display().to_string());
                 (Vec::new(), format!("SpladePooling ({})", splade.unwrap_or_default()))
             }
@@ -294,9 +304,15 @@ fn build_outputs(
     dir: &Path,
 ) -> Result<Built> {
     let (layout, config, bdir) = (&folder.layout, &folder.config, folder.bdir());
-    let sparse = match &layout.sparse {
-        Some(layout) => Some(SparseStage::load(layout, weights.mlm.as_ref(), selection, query, bdir)?),
-        None => None,
+    let sparse = match (&layout.sparse, &weights.sae) {
+        (Some(layout), _) => Some(SparseStage::load(layout, weights.mlm.as_ref(), selection, query, bdir)?),
+        // CSR: the dense output (no truncation: `dimensions` is refused) through the autoencoder.
+        (None, Some(sae)) => {
+            let dense = (pooling.modes.clone(), pooling.normalize);
+            let config = dir.join("config_sentence_transformers.json");
+            Some(SparseStage::autoencoder(sae, dense, selection, layout.prompts.max_active_dims, &config)?)
+        }
+        (None, None) => None,
     };
     let tokens = match (text, &weights.late) {
         (Some((t, max_length, _)), Some(_)) => Some(TokenOutput::load(
@@ -311,7 +327,7 @@ fn build_outputs(
     };
     // The heads' sizes were checked in order when the weights were built.
     let dim = match (&sparse, weights.late.as_ref().and_then(|h| h.dim())) {
-        (Some(s), _) => s.vocab,
+        (Some(s), _) => s.dim,
         (None, Some(d)) if task.name == "multi" => d,
         (None, _) if task.name == "sparse" => config.vocab_size(),
         (None, _) => weights.output_dim().unwrap_or_else(|| pooled_dim(&pooling.modes, weights.backbone.as_ref(), config)),
@@ -358,7 +374,7 @@ fn describe(
         None => (0, false, BTreeMap::new(), None, true),
     };
     let sparse = match &outputs.gives {
-        Gives::Sparse(s) => Some(s.describe(weights.mlm.as_ref())),
+        Gives::Sparse(s) => Some(s.describe(weights)),
         _ => None,
     };
     PipelineInfo {
@@ -439,11 +455,20 @@ fn build_weights(
         let dim = pooled_dim(pooling, backbone.as_ref(), config);
         outputs::dense_heads(&folder.layout, options, (root, dir), dim)?
     };
+    // A CSR model's SparseAutoEncoder, over what the heads give (no Router before it).
+    let sae = match &folder.layout.autoencoder {
+        Some(folder_of) => {
+            let width = heads.last().map_or_else(|| pooled_dim(pooling, backbone.as_ref(), config), |h| h.out_features);
+            Some(SparseAutoEncoder::load(folder_of, width)?)
+        }
+        None => None,
+    };
     let parameters = parameters
         + heads.iter().map(Dense::parameters).sum::<usize>()
         + routes.as_ref().map_or(0, Routes::parameters)
-        + late.as_ref().map_or(0, super::multi::LateHeads::parameters);
-    Ok(Weights { backbone, classifier, heads, parameters, mlm, routes, late })
+        + late.as_ref().map_or(0, super::multi::LateHeads::parameters)
+        + sae.as_ref().map_or(0, SparseAutoEncoder::parameters);
+    Ok(Weights { backbone, classifier, heads, parameters, mlm, routes, late, sae })
 }
 
 /// The width of the pooling stage's output: each mode's, concatenated.
@@ -503,6 +528,8 @@ fn shared_weights(
                 routes: Option<Routes>,
                 #[serde(default)]
                 late: Option<super::multi::LateHeads>,
+                #[serde(default)]
+                sae: Option<SparseAutoEncoder>,
             }
             let weights = file.restore(|parts| {
                 let d: Described = serde_json::from_value(parts)
@@ -516,6 +543,7 @@ fn shared_weights(
                     mlm: d.mlm,
                     routes: d.routes,
                     late: d.late,
+                    sae: d.sae,
                 })
             })?;
             let sharing = Sharing {

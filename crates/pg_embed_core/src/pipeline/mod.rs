@@ -176,6 +176,8 @@ pub(crate) struct Weights {
     pub routes: Option<routes::Routes>,
     /// Late interaction: the token heads (ColBERT's Dense modules, bge-m3's .pt heads).
     pub late: Option<multi::LateHeads>,
+    /// A CSR model's sparse autoencoder (after the heads).
+    pub sae: Option<crate::autoencoder::SparseAutoEncoder>,
 }
 
 impl Weights {

@@ -36,9 +36,6 @@ use crate::st::Layout;
 ///   its builder reads from the tokenizer (the LM head's weights a new part of
 ///   `Weights`); the score the difference of the two logits at the last token, asked for
 ///   by `classify`/`rerank` through an accessor as `classifier` is;
-/// - a sparse autoencoder (top-k after pooling): a variant holding a [`DenseOutput`] for
-///   the pooling and heads before it and its `k`, whose output `sparse` returns (so
-///   `embed_sparse` asks for a sparse output whatever makes it);
 /// - per-task adapters: beside `routing`, a property of every output: the adapter a call
 ///   names (as it names a route) picks the backbone's weights before any output runs.
 pub(crate) struct Outputs {
@@ -51,8 +48,9 @@ pub(crate) struct Outputs {
 pub(crate) enum Gives {
     /// Pooled vectors (`embed`, `embed_images`): pooling, Dense heads, normalize, truncation.
     Dense(DenseOutput),
-    /// Sparse vectors (`embed_sparse`): SPLADE over the MLM head's logits, and an
-    /// inference-free model's query route.
+    /// Sparse vectors (`embed_sparse`): SPLADE over the MLM head's logits, an
+    /// inference-free model's query route, or a dense output through a sparse autoencoder
+    /// (CSR; see [`super::sparse::SparseKind`]).
     Sparse(Box<SparseStage>),
     /// Token vectors (`embed_multi`): a ColBERT model.
     Multi(Box<ColbertTokens>),
@@ -309,10 +307,10 @@ pub(super) fn dense_heads(
 /// The option checks of each output: those a sparse model has no use for, `max_terms` and
 /// `min_weight` (sparse models and bge-m3 only), those that do not apply to a ColBERT
 /// model, those that apply to embedding models only (a classifier). The selection of the
-/// sparse output.
+/// sparse output. `sparse`: the kind of a sparse model ("SPLADE", "CSR").
 pub(super) fn check_output_options(
     options: &Options,
-    (sparse, m3, colbert, classify): (bool, bool, bool, bool),
+    (sparse, m3, colbert, classify): (Option<&str>, bool, bool, bool),
 ) -> Result<Selection> {
     let selection = check_sparse_options(options, sparse, m3)?;
     if colbert {
@@ -352,12 +350,12 @@ pub(super) fn check_output_options(
 
 /// `max_terms` and `min_weight` checked (sparse models only), and the options a sparse
 /// model has no use for refused.
-fn check_sparse_options(options: &Options, sparse: bool, m3: bool) -> Result<Selection> {
+fn check_sparse_options(options: &Options, sparse: Option<&str>, m3: bool) -> Result<Selection> {
     if m3 {
         // bge-m3: the selection applies to its lexical weights; the other options to its dense output.
         return check_selection(options);
     }
-    if !sparse {
+    let Some(kind) = sparse else {
         if let Some(key) = [("max_terms", options.max_terms.is_some()), ("min_weight", options.min_weight.is_some())]
             .iter()
             .find_map(|(k, set)| set.then_some(*k))
@@ -367,7 +365,7 @@ fn check_sparse_options(options: &Options, sparse: bool, m3: bool) -> Result<Sel
             )));
         }
         return Ok(Selection::default());
-    }
+    };
     let dense_only = [
         ("pooling", options.pooling.is_some()),
         ("normalize", options.normalize.is_some()),
@@ -379,7 +377,7 @@ fn check_sparse_options(options: &Options, sparse: bool, m3: bool) -> Result<Sel
     ];
     if let Some((key, _)) = dense_only.iter().find(|(_, set)| *set) {
         return Err(Error::InvalidOptions(format!(
-            "option \"{key}\" applies to dense embedding models; this one is sparse (SPLADE)"
+            "option \"{key}\" applies to dense embedding models; this one is sparse ({kind})"
         )));
     }
     check_selection(options)

@@ -1,22 +1,36 @@
 //! The sparse output of a pipeline (task "sparse"): SpladePooling over the MLM head's
-//! logits, or an inference-free model's query route (`embed_sparse`, `sparse_terms`).
+//! logits, an inference-free model's query route, or a dense output through a sparse
+//! autoencoder (CSR) (`embed_sparse`, `sparse_terms`).
 
 use std::path::Path;
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::batch::in_batches;
 use super::text::{Encoded, Prompt};
-use super::Pipeline;
+use super::{Pipeline, Weights};
+use crate::autoencoder::SparseAutoEncoder;
 use crate::error::{Error, Result};
 use crate::mlm::MlmHead;
+use crate::pooling::PoolingMode;
 use crate::sparse::{QueryRoute, Selection, SparseVector, Splade};
 use crate::st::SparseLayout;
 
-/// The sparse output stage: SpladePooling over the MLM head's logits, `max_terms` and
-/// `min_weight`, and an inference-free model's routes.
+/// What makes a sparse vector.
+pub(crate) enum SparseKind {
+    /// SpladePooling over the MLM head's logits (the weights' `mlm`).
+    Splade(Splade),
+    /// The dense output (`pooling`, the Dense heads of the weights, `normalize`) through
+    /// the weights' SparseAutoEncoder, keeping `k` latents (sentence-transformers'
+    /// `max_active_dims`).
+    AutoEncoder { pooling: Vec<PoolingMode>, normalize: bool, k: usize },
+}
+
+/// The sparse output stage: what makes the vectors, `max_terms` and `min_weight`, and an
+/// inference-free model's routes.
 pub(crate) struct SparseStage {
-    pub(crate) splade: Splade,
-    pub(crate) vocab: usize,
+    pub(crate) kind: SparseKind,
+    /// The vectors' dimension: the vocabulary (SPLADE), the autoencoder's hidden_dim (CSR).
+    pub(crate) dim: usize,
     pub(crate) selection: Selection,
     /// The query route's SparseStaticEmbedding (an inference-free model).
     pub(crate) query: Option<QueryRoute>,
@@ -39,8 +53,8 @@ impl SparseStage {
             return Err(Error::invalid_file(bdir, "the sparse model's MLM head is missing from its weights"));
         };
         Ok(SparseStage {
-            splade: Splade::from_config(&layout.pooling, &layout.pooling_path)?,
-            vocab: mlm.vocab_size(),
+            kind: SparseKind::Splade(Splade::from_config(&layout.pooling, &layout.pooling_path)?),
+            dim: mlm.vocab_size(),
             selection,
             query,
             document_route: layout.document_route.clone(),
@@ -48,12 +62,65 @@ impl SparseStage {
         })
     }
 
-    pub(crate) fn describe(&self, head: Option<&crate::mlm::MlmHead>) -> serde_json::Value {
+    /// The builder of a CSR model's output: the dense output (`pooling`, the heads,
+    /// `normalize`; never truncated) through the SparseAutoEncoder `sae`,
+    /// keeping `max_terms` latents, else the model's `max_active_dims`
+    /// (config_sentence_transformers.json), else the autoencoder's `k`, as
+    /// `SparseEncoder.encode` does; more than its hidden_dim is refused.
+    pub(crate) fn autoencoder(
+        sae: &SparseAutoEncoder,
+        (pooling, normalize): (Vec<PoolingMode>, bool),
+        selection: Selection,
+        max_active_dims: Option<usize>,
+        config: &Path,
+    ) -> Result<Self> {
+        let k = match (selection.max_terms, max_active_dims) {
+            (Some(k), _) if k > sae.hidden_dim => {
+                return Err(Error::InvalidOptions(format!(
+                    "max_terms {k} exceeds the sparse autoencoder's hidden_dim {}",
+                    sae.hidden_dim
+                )))
+            }
+            (Some(k), _) => k,
+            (None, Some(k)) if k == 0 || k > sae.hidden_dim => {
+                return Err(Error::invalid_file(
+                    config,
+                    format!("max_active_dims {k} is out of range: 1 to the autoencoder's hidden_dim {}", sae.hidden_dim),
+                ))
+            }
+            (None, Some(k)) => k,
+            (None, None) => sae.k,
+        };
+        Ok(SparseStage {
+            kind: SparseKind::AutoEncoder { pooling, normalize, k },
+            dim: sae.hidden_dim,
+            selection,
+            query: None,
+            document_route: None,
+            default_route: None,
+        })
+    }
+
+    pub(crate) fn describe(&self, weights: &Weights) -> serde_json::Value {
+        let splade = match &self.kind {
+            SparseKind::Splade(splade) => splade,
+            SparseKind::AutoEncoder { pooling, normalize, k } => {
+                return serde_json::json!({
+                    "autoencoder": weights.sae.as_ref().map(SparseAutoEncoder::describe),
+                    "max_active_dims": k,
+                    "pooling": pooling,
+                    "normalize": normalize,
+                    "dim": self.dim,
+                    "max_terms": self.selection.max_terms,
+                    "min_weight": self.selection.min_weight,
+                })
+            }
+        };
         serde_json::json!({
-            "mlm_head": head.map(crate::mlm::MlmHead::describe),
-            "pooling_strategy": self.splade.strategy,
-            "activation_function": self.splade.activation,
-            "vocab_size": self.vocab,
+            "mlm_head": weights.mlm.as_ref().map(crate::mlm::MlmHead::describe),
+            "pooling_strategy": splade.strategy,
+            "activation_function": splade.activation,
+            "vocab_size": self.dim,
             "max_terms": self.selection.max_terms,
             "min_weight": self.selection.min_weight,
             "query_route": self.query.as_ref().map(|q| q.name.clone()),
@@ -139,14 +206,28 @@ impl Pipeline {
     }
 
     /// One batch through the backbone, the MLM head (in pieces of `LOGIT_ROWS` tokens) and
-    /// SpladePooling: one sparse vector per row.
+    /// SpladePooling, or through the dense output and the sparse autoencoder: one sparse
+    /// vector per row.
     fn sparse_encoded(&self, sparse: &SparseStage, rows: &[&Encoded]) -> Result<Vec<SparseVector>> {
-        let Some(head) = self.weights.mlm.as_ref() else {
-            return Err(Error::Inference("the sparse model has no MLM head".into()));
-        };
         if rows.is_empty() {
             return Ok(Vec::new());
         }
+        let splade = match &sparse.kind {
+            SparseKind::Splade(splade) => splade,
+            SparseKind::AutoEncoder { pooling, normalize, k } => {
+                let Some(sae) = self.weights.sae.as_ref() else {
+                    return Err(Error::Inference("the sparse model has no sparse autoencoder".into()));
+                };
+                let mut embedded = self.apply_heads(self.forward_pooled(rows, pooling)?, None)?;
+                if *normalize {
+                    crate::pooling::l2_normalize(&mut embedded);
+                }
+                return Ok(sae.encode(&embedded, *k).into_iter().map(|v| v.select(&sparse.selection)).collect());
+            }
+        };
+        let Some(head) = self.weights.mlm.as_ref() else {
+            return Err(Error::Inference("the sparse model has no MLM head".into()));
+        };
         let packed = self.packed(rows);
         let batch = packed.batch();
         self.stats.forward_passes.fetch_add(1, Relaxed);
@@ -155,14 +236,17 @@ impl Pipeline {
         Ok((0..batch.len())
             .map(|i| {
                 let tokens = &hidden[batch.sequence(i).start * h..batch.sequence(i).end * h];
-                let pooled = sparse.splade.pool(sparse.vocab, tokens.chunks(LOGIT_ROWS * h).map(|x| head.logits(x)));
+                let pooled = splade.pool(sparse.dim, tokens.chunks(LOGIT_ROWS * h).map(|x| head.logits(x)));
                 SparseVector::from_dense(&pooled).select(&sparse.selection)
             })
             .collect())
     }
 
     /// The terms of an input's sparse vector (default route), best first: each vocabulary
-    /// id's token and weight, after `max_terms` and `min_weight`.
+    /// id's token and weight, after `max_terms` and `min_weight`. A CSR model's latents are
+    /// no tokens (sentence-transformers' `decode` looks their ids up in the vocabulary all
+    /// the same): its terms are the latent ids, 0-based as sentence-transformers numbers
+    /// them.
     pub fn sparse_terms(&self, text: &str, threads: usize) -> Result<Vec<(String, f32)>> {
         if self.outputs.lexical().is_some() {
             let mut vectors = self.m3_sparse(&[text], usize::MAX, threads, || Ok(()))?;
@@ -174,6 +258,9 @@ impl Pipeline {
         let (query, _) = self.route(sparse, None)?;
         let mut vectors = self.embed_sparse(&[text], None, usize::MAX, threads, || Ok(()))?;
         let vector = vectors.pop().ok_or_else(|| Error::Inference("no output for the input".into()))?;
+        if let SparseKind::AutoEncoder { .. } = sparse.kind {
+            return Ok(vector.ranked().into_iter().map(|(id, w)| (id.to_string(), w)).collect());
+        }
         let token = |id: u32| match query {
             Some(q) => q.token(id),
             None => self.text().ok().and_then(|t| t.tokenizer.id_to_token(id)),
