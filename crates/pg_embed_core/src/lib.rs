@@ -4,6 +4,7 @@
 //! is tested with plain `cargo test -p pg_embed_core`.
 
 pub mod buffer;
+pub mod chat;
 pub mod chunk;
 pub mod classifier;
 pub mod cpu;
@@ -11,6 +12,7 @@ pub mod error;
 pub mod files;
 pub mod heads;
 pub mod late;
+pub mod logit_score;
 pub mod hub;
 // `#[macro_use]`: its `dispatch!` macro serves the modules after it (kernels).
 #[macro_use]
@@ -25,6 +27,7 @@ pub mod pooling;
 pub mod prepared;
 pub mod processor;
 pub mod safetensors_io;
+pub mod score_head;
 pub mod sentencepiece;
 pub mod source;
 pub mod sparse;

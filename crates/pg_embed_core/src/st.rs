@@ -39,6 +39,8 @@ enum Kind {
     Router,
     /// PyLate's Dense: a projection of every token (a ColBERT model, no pooling).
     TokenDense,
+    /// A score from a causal LM's logits of a true and a false token (a CrossEncoder reranker).
+    LogitScore,
 }
 
 /// Module class paths as modules.json stores them: sentence-transformers < 6 and 6.x.
@@ -71,12 +73,13 @@ const MODULES: &[(&str, Kind)] = &[
     ("sentence_transformers.models.Asym", Kind::Router),
     // PyLate (ColBERT): Dense projections of the token embeddings.
     ("pylate.models.Dense.Dense", Kind::TokenDense),
+    ("sentence_transformers.cross_encoder.modules.logit_score.LogitScore", Kind::LogitScore),
 ];
 const SUPPORTED_MODULES: &str = "Transformer, Pooling, Dense, Normalize, StaticEmbedding, CLIPModel, MLMTransformer, \
      SpladePooling, a Router of SparseStaticEmbedding and MLMTransformer + SpladePooling, and a Router \
      (or Asym) of Dense modules per route after Pooling \
      (sentence_transformers.models.* and sparse_encoder.models.* or their 6.x paths), and PyLate's Dense \
-     (pylate.models.Dense.Dense) after a Transformer";
+     (pylate.models.Dense.Dense) after a Transformer, and LogitScore after a Transformer (text-generation)";
 /// The kind of a module class path: one of [`MODULES`], or another path of
 /// sentence-transformers ending in the same class name (the modules moved between releases:
 /// `models.X`, `sparse_encoder.models.X`, `base.modules.x.X`, ...).
@@ -93,14 +96,16 @@ const SUPPORTED_ORDERS: &str = "Transformer, then Pooling, Dense..., Normalize; 
      Dense..., Normalize; either with one Router (or Asym) of Dense modules per route among the Dense \
      modules; Transformer (transformer_task fill-mask) or MLMTransformer, then SpladePooling; \
      a Router of SparseStaticEmbedding (query) and MLMTransformer + SpladePooling (document); \
-     Transformer, then PyLate's Dense modules (ColBERT)";
+     Transformer, then PyLate's Dense modules (ColBERT); Transformer (transformer_task text-generation), then \
+     LogitScore (a causal-LM reranker)";
 /// What the routes of a Router after pooling may hold.
 const SUPPORTED_DENSE_ROUTES: &str = "routes of Dense modules only (sentence_embedding in and out), chosen by \
      task; an input module (Transformer, StaticEmbedding) per route is computed only as the inference-free \
      sparse Router";
 /// The Transformer module's `transformer_task` values pg_embed computes.
 const SUPPORTED_TASKS: &str = "feature-extraction (hidden states), fill-mask (masked-LM logits for \
-     SpladePooling), sequence-classification (the classification head of config.json)";
+     SpladePooling), sequence-classification (the classification head of config.json), text-generation (a causal \
+     LM's logits for LogitScore)";
 
 /// sentence_bert_config.json (the Transformer module's own settings).
 #[derive(Debug, Default, Deserialize)]
@@ -111,6 +116,12 @@ pub struct TransformerConfig {
     /// sentence-transformers >= 5.4: what the module computes ("fill-mask": a masked-LM
     /// head, as MLMTransformer; none or "feature-extraction": hidden states).
     pub transformer_task: Option<String>,
+    /// Settings of the processor (text-generation: the chat template's kwargs).
+    #[serde(default)]
+    pub processing_kwargs: Option<serde_json::Map<String, serde_json::Value>>,
+    /// The modalities and, for "message", its format ("flat" or "structured").
+    #[serde(default)]
+    pub modality_config: Option<serde_json::Value>,
 }
 
 impl TransformerConfig {
@@ -120,7 +131,7 @@ impl TransformerConfig {
         let path = folder.join("sentence_bert_config.json");
         let config: TransformerConfig = read_json_opt(&path)?.unwrap_or_default();
         let masked_lm = match config.transformer_task.as_deref() {
-            None | Some("feature-extraction" | "sequence-classification") => false,
+            None | Some("feature-extraction" | "sequence-classification" | "text-generation") => false,
             Some("fill-mask") => true,
             Some(other) => {
                 return Err(Error::Unsupported {
@@ -404,6 +415,8 @@ pub struct Layout {
     /// A ColBERT model as PyLate saves it: its Dense folders (projections of every token)
     /// and its settings (config_sentence_transformers.json).
     pub colbert: Option<(Vec<PathBuf>, ColbertConfig)>,
+    /// A causal-LM reranker's LogitScore module (after a text-generation Transformer).
+    pub logit_score: Option<crate::logit_score::LogitScoreModule>,
 }
 
 /// model2vec's config.json.
@@ -476,6 +489,7 @@ impl Layout {
             normalize: false,
             prompts: ModelConfig::default(),
             colbert: None,
+            logit_score: None,
         };
         if let Some(config) = model2vec {
             let normalize = config.normalize;
@@ -570,6 +584,9 @@ impl Layout {
                         None => layout.colbert = Some((vec![folder], read_json_opt(&path)?.unwrap_or_default())),
                     }
                 }
+                Some(Kind::LogitScore) if i == 1 && layout.transformer.transformer_task.as_deref() == Some("text-generation") => {
+                    layout.logit_score = Some(crate::logit_score::LogitScoreModule::read(&folder)?)
+                }
                 // Sentence-transformers builds Normalize without reading its folder,
                 // which released models often do not ship.
                 Some(Kind::Normalize) if seen_transformer && layout.encoder != Encoder::MaskedLm => {
@@ -594,8 +611,13 @@ impl Layout {
                 }
             }
         }
-        // No Transformer first (an empty list among them), or a masked-LM without SpladePooling.
-        if !seen_transformer || (layout.encoder == Encoder::MaskedLm && layout.sparse.is_none()) {
+        // No Transformer first (an empty list among them), a masked-LM without SpladePooling, or
+        // a causal LM's logits (text-generation) without LogitScore or with other modules.
+        let generation = layout.transformer.transformer_task.as_deref() == Some("text-generation");
+        if !seen_transformer
+            || (layout.encoder == Encoder::MaskedLm && layout.sparse.is_none())
+            || (generation && (layout.logit_score.is_none() || modules.len() != 2))
+        {
             return Err(Error::Unsupported {
                 what: "module sequence",
                 value: class_list(&modules),
