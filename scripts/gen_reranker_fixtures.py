@@ -163,6 +163,10 @@ def run(name, out_dir):
     prompt = ce._resolve_prompt(None, None)
     batched = ce.predict(PAIRS, batch_size=len(PAIRS), convert_to_numpy=True)
     raw = ce.predict(PAIRS, batch_size=len(PAIRS), activation_fn=torch.nn.Identity(), convert_to_numpy=True)
+    # PyTorch's own bfloat16 run (autocast): how far bfloat16 moves the raw scores.
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        raw_bf16 = ce.predict(PAIRS, batch_size=len(PAIRS), activation_fn=torch.nn.Identity(), convert_to_numpy=True)
+    bf16_max_abs = float(abs(raw_bf16.astype("float64") - raw.astype("float64")).max())
     cases = []
     for i, pair in enumerate(PAIRS):
         one = ce.predict([pair], batch_size=1, activation_fn=torch.nn.Identity(), convert_to_numpy=True)[0]
@@ -177,7 +181,6 @@ def run(name, out_dir):
         full = tok(rendered, add_special_tokens=False)["input_ids"]
         cases.append({"query": pair[0], "document": pair[1], "rendered": rendered, "input_ids": ids,
                       "truncated": len(full) > MAX_LENGTH, "score": float(batched[i]), "raw": float(raw[i])})
-    print(name, [len(c["input_ids"]) for c in cases])
     assert any(c["truncated"] for c in cases) and not all(c["truncated"] for c in cases)
     ls = ce[1]
     scores = [c["score"] for c in cases]
@@ -189,6 +192,7 @@ def run(name, out_dir):
         "prompt": prompt,
         "max_length": te.max_seq_length,
         "message_format": te.input_formatter.message_format,
+        "torch_bf16_max_abs": bf16_max_abs,
         "cases": cases,
         "rerank": {"query": QUERY, "documents": [p[1] for p in PAIRS if p[0] == QUERY],
                    "scores": [s for p, s in zip(PAIRS, scores) if p[0] == QUERY]},

@@ -25,6 +25,8 @@ struct Fixture {
     true_token_id: u32,
     false_token_id: Option<u32>,
     activation_fn: String,
+    /// How far PyTorch's bfloat16 autocast run moves the raw scores from float32.
+    torch_bf16_max_abs: f32,
     cases: Vec<Case>,
 }
 
@@ -95,6 +97,23 @@ fn classify_gives_the_logit_score_and_rerank_its_activation() {
         let described = info.classifier.as_ref().unwrap();
         assert_eq!(described["true_token_id"], fx.true_token_id);
         assert_eq!(described["false_token_id"], serde_json::json!(fx.false_token_id));
+    }
+}
+
+/// `precision: "bfloat16"` moves the raw scores no more than 2.5x what PyTorch's own
+/// bfloat16 run moves them (the bound of tests/bf16.rs); the score head stays float32.
+#[test]
+fn bfloat16_moves_the_scores_no_more_than_pytorch_bfloat16_does() {
+    let g = golden();
+    let options = Options::from_json(&serde_json::json!({"precision": "bfloat16"})).unwrap();
+    for name in NAMES {
+        let fx = &g.fixtures[name];
+        let p = Pipeline::load(&dir().join(name), &options).unwrap();
+        let pairs: Vec<(&str, Option<&str>)> = fx.cases.iter().map(|c| (c.query.as_str(), Some(c.document.as_str()))).collect();
+        let got = p.classify(&pairs).unwrap();
+        let max_abs = got.iter().zip(&fx.cases).map(|(g, c)| (g[0] - c.raw).abs()).fold(0f32, f32::max);
+        eprintln!("{name} ({}): max abs {max_abs:.2e} (torch {:.2e})", p.kernel(), fx.torch_bf16_max_abs);
+        assert!(max_abs > 0.0 && max_abs <= 2.5 * fx.torch_bf16_max_abs, "{name}: {max_abs} vs torch {}", fx.torch_bf16_max_abs);
     }
 }
 
