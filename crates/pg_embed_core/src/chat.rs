@@ -26,8 +26,9 @@ pub struct Message<'a> {
 /// A compiled chat template with the values it is rendered with besides the messages.
 pub struct ChatTemplate {
     env: Environment<'static>,
-    /// Where it was read from.
+    /// Where it was read from, and its text.
     pub path: PathBuf,
+    pub source: String,
     /// The named special tokens and extra settings (sentence-transformers' chat_template
     /// kwargs), passed to every render.
     globals: Vec<(String, Value)>,
@@ -71,7 +72,7 @@ impl ChatTemplate {
                 globals.push((name.to_string(), Value::from(token)));
             }
         }
-        Ok(Some(ChatTemplate { env: environment(source, &path)?, path, globals, structured: false }))
+        Ok(Some(ChatTemplate { env: environment(source.clone(), &path)?, path, source, globals, structured: false }))
     }
 
     /// Extra values every render sees (sentence-transformers' chat_template kwargs).
@@ -208,7 +209,8 @@ mod tests {
     use super::*;
 
     fn template(source: &str) -> ChatTemplate {
-        ChatTemplate { env: environment(source.into(), Path::new("t")).unwrap(), path: "t".into(), globals: Vec::new(), structured: false }
+        let env = environment(source.into(), Path::new("t")).unwrap();
+        ChatTemplate { env, path: "t".into(), source: source.into(), globals: Vec::new(), structured: false }
     }
 
     #[test]

@@ -25,6 +25,10 @@ use crate::st::Layout;
 /// a template that renders a role's content moves when it changes.
 const PROBES: [(&str, &str); 3] = [("alpha", "bravo"), ("charlie", "bravo"), ("alpha", "foxtrot")];
 
+/// What in a template's text makes sentence-transformers pass message contents as lists of
+/// typed parts (`InputFormatter._infer_format`), when the module's config does not say.
+const STRUCTURED_PATTERNS: [&str; 6] = ["content[0]", ".type", "'type'", "\"type\"", "item.type", "message.content["];
+
 /// How a causal-LM reranker's pairs become tokens, and how `rerank` reports its score.
 pub(crate) struct ScoreOutput {
     template: ChatTemplate,
@@ -69,7 +73,9 @@ impl ScoreOutput {
         let format = t.modality_config.as_ref().and_then(|m| m.pointer("/message/format")).and_then(|f| f.as_str());
         let mut template = template.with_values(&kwargs);
         template.structured = match format {
-            None | Some("flat") => false,
+            // Not saved: sentence-transformers infers it from the template's text.
+            None => STRUCTURED_PATTERNS.iter().any(|p| template.source.contains(p)),
+            Some("flat") => false,
             Some("structured") => true,
             Some(other) => {
                 return Err(Error::Unsupported {
