@@ -165,14 +165,21 @@ fn classify(model: &str, input: &str) -> Vec<f32> {
     logits(model, input, None)
 }
 
-/// `classify(model, input, pair)`: the raw logits for a sentence pair.
+/// `classify(model, input, pair)`: the raw logits for a sentence pair; for a causal-LM
+/// reranker (input the query, pair the document) its raw LogitScore.
 #[pg_extern(immutable, strict, parallel_safe, name = "classify")]
 fn classify_pair(model: &str, input: &str, pair: &str) -> Vec<f32> {
-    logits(model, input, Pipeline::pair_argument(pair))
+    logits(model, input, Some(pair))
 }
 
+/// `pair`: None for a single input; Some("") is no pair for a sequence-pair classifier (see
+/// `Pipeline::pair_argument`), an empty document for a causal-LM reranker (as CrossEncoder).
 fn logits(model: &str, input: &str, pair: Option<&str>) -> Vec<f32> {
     let pipeline = model_call(model, "classify");
+    let pair = match pair {
+        Some(p) if !pipeline.scores_pairs() => Pipeline::pair_argument(p),
+        other => other,
+    };
     let mut out = classify_batched(&pipeline, &[(input, pair)]);
     out.pop().unwrap_or_else(|| raise(Error::Inference("no output for the input".into())))
 }
@@ -222,10 +229,7 @@ fn rerank(
     documents: pgrx::Array<&str>,
 ) -> TableIterator<'static, (name!(idx, i32), name!(score, f32))> {
     let pipeline = model_call(model, "rerank");
-    let classifier = pipeline.classifier().or_raise();
-    if classifier.labels.len() != 1 {
-        raise(Error::NotACrossEncoder { labels: classifier.labels.len() });
-    }
+    let sigmoid = pipeline.rerank_sigmoid().or_raise();
     let mut inputs: Vec<(&str, Option<&str>)> = Vec::with_capacity(documents.len());
     for (i, doc) in documents.iter().enumerate() {
         match doc {
@@ -239,7 +243,7 @@ fn rerank(
         .enumerate()
         .map(|(i, l)| {
             let s = l[0];
-            (i as i32 + 1, if classifier.rerank_sigmoid { pg_embed_core::classifier::sigmoid(s) } else { s })
+            (i as i32 + 1, if sigmoid { pg_embed_core::classifier::sigmoid(s) } else { s })
         })
         .collect();
     scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));

@@ -463,6 +463,74 @@ mod tests {
         assert_eq!(empty, Some(0));
     }
 
+    fn golden_rerank() -> serde_json::Value {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/rerank/golden.json");
+        serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+    }
+
+    /// A causal-LM reranker (CrossEncoder over Qwen3ForCausalLM: Transformer(text-generation)
+    /// then LogitScore): rerank gives predict's scores (Sigmoid), best first; classify(model,
+    /// query, document) the raw LogitScore, an empty document included.
+    #[pg_test]
+    fn rerank_and_classify_on_a_causal_lm_reranker() {
+        use_fixtures();
+        let info = register_with("llm_rerank", "rerank/qwen3_reranker", "{}");
+        assert_eq!(info["task"], "classify");
+        assert_eq!(info["dim"], 1);
+        assert_eq!(info["classifier"]["type"], "logit_score");
+        let g = golden_rerank();
+        let fx = &g["fixtures"]["qwen3_reranker"];
+        let r = &fx["rerank"];
+        let docs: Vec<String> = serde_json::from_value(r["documents"].clone()).unwrap();
+        let scores: Vec<f32> = serde_json::from_value(r["scores"].clone()).unwrap();
+        let mut want: Vec<(i32, f32)> = scores.iter().enumerate().map(|(i, s)| (i as i32 + 1, *s)).collect();
+        want.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let got: Vec<(i32, f32)> = Spi::connect(|c| {
+            c.select(
+                "SELECT idx, score FROM rerank('llm_rerank', $1, $2)",
+                None,
+                &[r["query"].as_str().unwrap().into(), docs.clone().into()],
+            )
+            .unwrap()
+            .map(|row| (row.get::<i32>(1).unwrap().unwrap(), row.get::<f32>(2).unwrap().unwrap()))
+            .collect()
+        });
+        assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), want.iter().map(|w| w.0).collect::<Vec<_>>());
+        for (g, w) in got.iter().zip(&want) {
+            assert!((g.1 - w.1).abs() <= 1e-4 * w.1.abs().max(1.0), "{g:?} vs {w:?}");
+        }
+        for case in fx["cases"].as_array().unwrap() {
+            let raw = case["raw"].as_f64().unwrap() as f32;
+            let got = Spi::get_one_with_args::<Vec<f32>>(
+                "SELECT classify('llm_rerank', $1, $2)",
+                &[case["query"].as_str().unwrap().into(), case["document"].as_str().unwrap().into()],
+            )
+            .unwrap()
+            .unwrap();
+            assert_eq!(got.len(), 1);
+            assert!((got[0] - raw).abs() <= 1e-4 * raw.abs().max(1.0), "{got:?} vs {raw}");
+        }
+        // Only a true token, Identity: rerank reports the raw logit.
+        register_with("llm_true", "rerank/qwen3_reranker_true", "{}");
+        let top = Spi::get_one_with_args::<f32>(
+            "SELECT max(score) FROM rerank('llm_true', $1, $2)",
+            &[r["query"].as_str().unwrap().into(), docs.into()],
+        )
+        .unwrap()
+        .unwrap();
+        let want_top = g["fixtures"]["qwen3_reranker_true"]["rerank"]["scores"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap() as f32)
+            .fold(f32::NEG_INFINITY, f32::max);
+        assert!((top - want_top).abs() <= 1e-4 * want_top.abs().max(1.0), "{top} vs {want_top}");
+        let single = crate::sql_tests::sql_error("SELECT classify('llm_rerank', 'only a query')");
+        assert!(single.starts_with("22023: "), "{single}");
+        let labels = crate::sql_tests::sql_error("SELECT * FROM classify_labels('llm_rerank', 'q', 'd')");
+        assert!(labels.starts_with("42809: ") && labels.contains("call rerank()"), "{labels}");
+    }
+
     #[pg_test(error = "documents must not contain NULL (element 2)")]
     fn rerank_with_a_null_document() {
         use_fixtures();

@@ -51,6 +51,10 @@ pub struct HeadConfig {
     pub summary_use_proj: Option<bool>,
     #[serde(default)]
     pub summary_activation: Option<String>,
+    /// Whether the LM head is the token embedding (a causal LM; transformers 5's default for
+    /// the decoders pg_embed scores with is false).
+    #[serde(default)]
+    pub tie_word_embeddings: Option<bool>,
 }
 
 /// How a head is built: the token states it reads, its dense layer (weight name and

@@ -6,6 +6,7 @@
 pub mod autoencoder;
 pub mod buffer;
 pub mod changes;
+pub mod chat;
 pub mod chunk;
 pub mod classifier;
 pub mod cpu;
@@ -13,6 +14,7 @@ pub mod error;
 pub mod files;
 pub mod heads;
 pub mod late;
+pub mod logit_score;
 pub mod hub;
 // `#[macro_use]`: its `dispatch!` macro serves the modules after it (kernels).
 #[macro_use]
@@ -28,6 +30,7 @@ pub mod pooling;
 pub mod prepared;
 pub mod processor;
 pub mod safetensors_io;
+pub mod score_head;
 pub mod sentencepiece;
 pub mod source;
 pub mod sparse;

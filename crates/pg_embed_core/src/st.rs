@@ -11,6 +11,10 @@ use crate::error::{Error, Result};
 use crate::files::{read_json, read_json_opt};
 use crate::pooling::PoolingMode;
 
+mod model2vec;
+pub use model2vec::Model2VecConfig;
+use model2vec::model2vec_config;
+
 /// One entry of modules.json.
 #[derive(Debug, Deserialize)]
 struct ModuleEntry {
@@ -41,6 +45,8 @@ enum Kind {
     TokenDense,
     /// A top-k sparse autoencoder over the sentence embedding (CSR).
     SparseAutoEncoder,
+    /// A score from a causal LM's logits of a true and a false token (a CrossEncoder reranker).
+    LogitScore,
 }
 
 /// Module class paths as modules.json stores them: sentence-transformers < 6 and 6.x.
@@ -75,12 +81,13 @@ const MODULES: &[(&str, Kind)] = &[
     ("sentence_transformers.sparse_encoder.modules.sparse_auto_encoder.SparseAutoEncoder", Kind::SparseAutoEncoder),
     // PyLate (ColBERT): Dense projections of the token embeddings.
     ("pylate.models.Dense.Dense", Kind::TokenDense),
+    ("sentence_transformers.cross_encoder.modules.logit_score.LogitScore", Kind::LogitScore),
 ];
 const SUPPORTED_MODULES: &str = "Transformer, Pooling, Dense, Normalize, StaticEmbedding, CLIPModel, MLMTransformer, \
      SpladePooling, SparseAutoEncoder, a Router of SparseStaticEmbedding and MLMTransformer + SpladePooling, and a Router \
      (or Asym) of Dense modules per route after Pooling \
      (sentence_transformers.models.* and sparse_encoder.models.* or their 6.x paths), and PyLate's Dense \
-     (pylate.models.Dense.Dense) after a Transformer";
+     (pylate.models.Dense.Dense) after a Transformer, and LogitScore after a Transformer (text-generation)";
 /// The kind of a module class path: one of [`MODULES`], or another path of
 /// sentence-transformers ending in the same class name (the modules moved between releases:
 /// `models.X`, `sparse_encoder.models.X`, `base.modules.x.X`, ...).
@@ -98,14 +105,16 @@ const SUPPORTED_ORDERS: &str = "Transformer, then Pooling, Dense..., Normalize; 
      modules; Transformer (transformer_task fill-mask) or MLMTransformer, then SpladePooling; \
      a Router of SparseStaticEmbedding (query) and MLMTransformer + SpladePooling (document); \
      Transformer, then PyLate's Dense modules (ColBERT); Transformer, then Pooling, Dense..., Normalize, \
-     SparseAutoEncoder (CSR, the last module)";
+     SparseAutoEncoder (CSR, the last module); Transformer (transformer_task text-generation), then \
+     LogitScore (a causal-LM reranker)";
 /// What the routes of a Router after pooling may hold.
 const SUPPORTED_DENSE_ROUTES: &str = "routes of Dense modules only (sentence_embedding in and out), chosen by \
      task; an input module (Transformer, StaticEmbedding) per route is computed only as the inference-free \
      sparse Router";
 /// The Transformer module's `transformer_task` values pg_embed computes.
 const SUPPORTED_TASKS: &str = "feature-extraction (hidden states), fill-mask (masked-LM logits for \
-     SpladePooling), sequence-classification (the classification head of config.json)";
+     SpladePooling), sequence-classification (the classification head of config.json), text-generation (a causal \
+     LM's logits for LogitScore)";
 
 /// sentence_bert_config.json (the Transformer module's own settings).
 #[derive(Debug, Default, Deserialize)]
@@ -116,6 +125,12 @@ pub struct TransformerConfig {
     /// sentence-transformers >= 5.4: what the module computes ("fill-mask": a masked-LM
     /// head, as MLMTransformer; none or "feature-extraction": hidden states).
     pub transformer_task: Option<String>,
+    /// Settings of the processor (text-generation: the chat template's kwargs).
+    #[serde(default)]
+    pub processing_kwargs: Option<serde_json::Map<String, serde_json::Value>>,
+    /// The modalities and, for "message", its format ("flat" or "structured").
+    #[serde(default)]
+    pub modality_config: Option<serde_json::Value>,
 }
 
 impl TransformerConfig {
@@ -125,7 +140,7 @@ impl TransformerConfig {
         let path = folder.join("sentence_bert_config.json");
         let config: TransformerConfig = read_json_opt(&path)?.unwrap_or_default();
         let masked_lm = match config.transformer_task.as_deref() {
-            None | Some("feature-extraction" | "sequence-classification") => false,
+            None | Some("feature-extraction" | "sequence-classification" | "text-generation") => false,
             Some("fill-mask") => true,
             Some(other) => {
                 return Err(Error::Unsupported {
@@ -416,54 +431,8 @@ pub struct Layout {
     pub multi_vector: Option<crate::multivector::MultiVectorLayout>,
     /// A CSR model's SparseAutoEncoder folder, after the dense modules.
     pub autoencoder: Option<PathBuf>,
-}
-
-/// model2vec's config.json.
-#[derive(Debug, Clone, Deserialize)]
-pub struct Model2VecConfig {
-    /// Whether `encode` L2-normalises (model2vec's default: false).
-    #[serde(default)]
-    pub normalize: bool,
-    /// Tokens kept per input; null: all (model2vec's default when the key is missing: 512).
-    #[serde(default = "model2vec_max_length")]
-    pub max_length: Option<usize>,
-    /// config.json has no `max_length` key: written by a model2vec that did not store it
-    /// (0.4 among them), which leaves the unknown token out before it keeps `max_length`
-    /// tokens (0.10 keeps them first, the unknown ones counted, then leaves those out).
-    #[serde(skip)]
-    pub unknown_dropped_first: bool,
-}
-
-fn model2vec_max_length() -> Option<usize> {
-    Some(512)
-}
-
-/// A model2vec folder: the table under model2vec's tensor name `embeddings`
-/// (sentence-transformers' StaticEmbedding saves `embedding.weight` and no config.json) and
-/// a config.json that is model2vec's: no `model_type` (`StaticModel.save_pretrained`),
-/// `"model_type": "model2vec"` or `"architectures": ["StaticModel"]` (`distill()`).
-fn model2vec_config(dir: &Path) -> Result<Option<Model2VecConfig>> {
-    #[derive(Deserialize)]
-    struct Tag {
-        model_type: Option<String>,
-        architectures: Option<Vec<String>>,
-    }
-    let path = dir.join("config.json");
-    let Some(config) = read_json_opt::<serde_json::Value>(&path)? else { return Ok(None) };
-    let parse_err = |e| Error::invalid_file(&path, e);
-    let tag: Tag = serde_json::from_value(config.clone()).map_err(parse_err)?;
-    let is_model2vec = matches!(tag.model_type.as_deref(), None | Some("model2vec"))
-        || tag.architectures.unwrap_or_default().iter().any(|a| a == "StaticModel");
-    if !is_model2vec {
-        return Ok(None);
-    }
-    let weights = dir.join("model.safetensors");
-    if !weights.exists() || !crate::safetensors_io::safetensors_shapes(&weights)?.contains_key("embeddings") {
-        return Ok(None);
-    }
-    let unknown_dropped_first = config.get("max_length").is_none();
-    let parsed: Model2VecConfig = serde_json::from_value(config).map_err(parse_err)?;
-    Ok(Some(Model2VecConfig { unknown_dropped_first, ..parsed }))
+    /// A causal-LM reranker's LogitScore module (after a text-generation Transformer).
+    pub logit_score: Option<crate::logit_score::LogitScoreModule>,
 }
 
 impl Layout {
@@ -490,6 +459,7 @@ impl Layout {
             colbert: None,
             multi_vector: None,
             autoencoder: None,
+            logit_score: None,
         };
         if let Some(config) = model2vec {
             let normalize = config.normalize;
@@ -607,6 +577,9 @@ impl Layout {
                 Some(Kind::SparseAutoEncoder) if layout.pooling.is_some() && layout.router.is_none() => {
                     layout.autoencoder = Some(folder)
                 }
+                Some(Kind::LogitScore) if i == 1 && layout.transformer.transformer_task.as_deref() == Some("text-generation") => {
+                    layout.logit_score = Some(crate::logit_score::LogitScoreModule::read(&folder)?)
+                }
                 // Sentence-transformers builds Normalize without reading its folder,
                 // which released models often do not ship.
                 Some(Kind::Normalize) if seen_transformer && layout.encoder != Encoder::MaskedLm => {
@@ -624,8 +597,13 @@ impl Layout {
                 }
             }
         }
-        // No Transformer first (an empty list among them), or a masked-LM without SpladePooling.
-        if !seen_transformer || (layout.encoder == Encoder::MaskedLm && layout.sparse.is_none()) {
+        // No Transformer first (an empty list among them), a masked-LM without SpladePooling, or
+        // a causal LM's logits (text-generation) without LogitScore or with other modules.
+        let generation = layout.transformer.transformer_task.as_deref() == Some("text-generation");
+        if !seen_transformer
+            || (layout.encoder == Encoder::MaskedLm && layout.sparse.is_none())
+            || (generation && (layout.logit_score.is_none() || modules.len() != 2))
+        {
             return Err(sequence(class_list(&modules)));
         }
         Ok(layout)

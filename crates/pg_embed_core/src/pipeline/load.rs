@@ -12,11 +12,13 @@ use candle_core::Device;
 use super::input::{check_input_options, Inputs, TextInput};
 use super::outputs::{self, DenseOutput, Gives, Outputs, TokenOutput};
 use super::routes::{Routes, Routing};
+use super::score::ScoreOutput;
 use super::{Input, Pipeline, PipelineInfo, Share, Sharing, SparseStage, Stats, Weights};
 use crate::autoencoder::SparseAutoEncoder;
 use crate::classifier::{Classifier, HeadConfig};
 use crate::error::{Error, Result};
 use crate::heads::Dense;
+use crate::score_head::ScoreHead;
 use crate::mlm::{MlmConfig, MlmHead};
 use crate::models::{BackboneConfig, Modality};
 use crate::options::Options;
@@ -174,7 +176,7 @@ impl Task {
                 )))
             }
             Some("classify") => true,
-            None => !sparse && folder.head_config.classification_architecture().is_some(),
+            None => !sparse && (folder.head_config.classification_architecture().is_some() || folder.layout.logit_score.is_some()),
             Some(other) => {
                 return Err(Error::InvalidOptions(format!(
                     "unknown task \"{other}\"; expected embed, classify, sparse or multi"
@@ -349,7 +351,12 @@ fn build_outputs(
         (Some(router), Some(routes)) => Some(Routing::new(router, routes, options)),
         _ => None,
     };
-    let gives = Gives::of(task.classify, sparse, tokens, &dense);
+    let gives = match (text, &weights.score) {
+        (Some((t, max_length, _)), Some(_)) if task.classify => {
+            Gives::Score(Box::new(ScoreOutput::load(layout, (bdir, dir), t, *max_length)?))
+        }
+        _ => Gives::of(task.classify, sparse, tokens, &dense),
+    };
     Ok(Built { outputs: Outputs { gives, routing }, dense, dim })
 }
 
@@ -367,6 +374,7 @@ fn describe(
 ) -> PipelineInfo {
     let Built { outputs, dense, dim } = built;
     let classifier = weights.classifier.as_ref();
+    let score = outputs.score().zip(weights.score.as_ref()).map(|(s, head)| s.describe(head));
     let (max_length, lowercase, prompt_texts, default_prompt, include_prompt) = match text {
         Some((t, max_length, texts)) => {
             (*max_length, t.lowercase, texts.clone(), t.default_prompt.clone(), t.include_prompt)
@@ -381,7 +389,12 @@ fn describe(
         task: task.name,
         multi: outputs.describe_multi(weights),
         sparse,
-        classifier: classifier.map(Classifier::describe),
+        dim: match (classifier, &score) {
+            (Some(c), _) => c.labels.len(),
+            (None, Some(_)) => 1,
+            (None, None) => dense.dimensions.unwrap_or(*dim),
+        },
+        classifier: classifier.map(Classifier::describe).or(score),
         labels: classifier.map(|c| c.labels.clone()),
         problem_type: classifier.map(|c| c.problem),
         architecture: folder.config.architecture(),
@@ -401,7 +414,6 @@ fn describe(
         normalize: dense.normalize,
         dimensions: dense.dimensions,
         normalize_after_truncation: dense.normalize_after_truncation,
-        dim: classifier.map_or(dense.dimensions.unwrap_or(*dim), |c| c.labels.len()),
         max_length,
         lowercase,
         prompts: prompt_texts,
@@ -426,7 +438,16 @@ fn build_weights(
     let device = Device::Cpu;
     let (vb, parameters) = crate::weights::load_weights(bdir, &device)?;
     let mlm = folder.mlm_config.as_ref().map(|c| MlmHead::load(&vb, c).map_err(|e| e.in_dir(bdir))).transpose()?;
-    let classifier = if classify {
+    // A classifier: the classification head, or a causal-LM reranker's LM-head rows.
+    let score = match &folder.layout.logit_score {
+        Some(module) if classify => {
+            let h = &folder.head_config;
+            let arch = (h.architectures.as_slice(), config.architecture(), h.tie_word_embeddings.unwrap_or(false));
+            Some(ScoreHead::load(&vb, module, arch, (config.vocab_size(), config.hidden_size()), &folder.config_path)?)
+        }
+        _ => None,
+    };
+    let classifier = if classify && score.is_none() {
         Some(outputs::classifier_head(&vb, config, &folder.head_config, (&folder.config_path, bdir))?)
     } else {
         None
@@ -468,7 +489,7 @@ fn build_weights(
         + routes.as_ref().map_or(0, Routes::parameters)
         + late.as_ref().map_or(0, super::multi::LateHeads::parameters)
         + sae.as_ref().map_or(0, SparseAutoEncoder::parameters);
-    Ok(Weights { backbone, classifier, heads, parameters, mlm, routes, late, sae })
+    Ok(Weights { backbone, classifier, heads, parameters, mlm, routes, late, sae, score })
 }
 
 /// The width of the pooling stage's output: each mode's, concatenated.
@@ -530,6 +551,7 @@ fn shared_weights(
                 late: Option<super::multi::LateHeads>,
                 #[serde(default)]
                 sae: Option<SparseAutoEncoder>,
+                score: Option<ScoreHead>,
             }
             let weights = file.restore(|parts| {
                 let d: Described = serde_json::from_value(parts)
@@ -544,6 +566,7 @@ fn shared_weights(
                     routes: d.routes,
                     late: d.late,
                     sae: d.sae,
+                    score: d.score,
                 })
             })?;
             let sharing = Sharing {

@@ -26,6 +26,7 @@ mod load;
 mod multi;
 mod outputs;
 mod routes;
+mod score;
 mod sparse;
 #[cfg(test)]
 mod tests;
@@ -178,6 +179,8 @@ pub(crate) struct Weights {
     pub late: Option<multi::LateHeads>,
     /// A CSR model's sparse autoencoder (after the heads).
     pub sae: Option<crate::autoencoder::SparseAutoEncoder>,
+    /// A causal-LM reranker's LM-head rows of its true and false tokens.
+    pub score: Option<crate::score_head::ScoreHead>,
 }
 
 impl Weights {
@@ -586,6 +589,25 @@ impl Pipeline {
         self.outputs.classifier(&self.weights)
     }
 
+    /// Whether `rerank` reports sigmoid(score) (sentence-transformers' CrossEncoder's
+    /// activation) or the score; an error for a model without one score per pair.
+    pub fn rerank_sigmoid(&self) -> Result<bool> {
+        if let Some(score) = self.outputs.score() {
+            return Ok(score.sigmoid);
+        }
+        let classifier = self.classifier()?;
+        match classifier.labels.len() {
+            1 => Ok(classifier.rerank_sigmoid),
+            labels => Err(Error::NotACrossEncoder { labels }),
+        }
+    }
+
+    /// Whether the model scores (query, document) pairs through a chat template (a causal-LM
+    /// reranker): an empty document is then a document, not a missing pair.
+    pub fn scores_pairs(&self) -> bool {
+        self.outputs.score().is_some()
+    }
+
     /// Token ids and token type ids of an input or a sentence pair, as transformers'
     /// `tokenizer(text, pair, truncation=True)` gives them (longest-first truncation); the
     /// type ids are empty when the tokenizer passes none to the model.
@@ -655,6 +677,9 @@ impl Pipeline {
         threads: usize,
         mut before_batch: impl FnMut() -> Result<()>,
     ) -> Result<Vec<Vec<f32>>> {
+        if let Some(score) = self.outputs.score() {
+            return self.score_batched(score, inputs, max_batch_tokens, threads, &mut before_batch);
+        }
         let classifier = self.classifier()?;
         let encoded = inputs.iter().map(|(t, p)| self.tokenize_pair(t, *p)).collect::<Result<Vec<_>>>()?;
         let lengths: Vec<usize> = encoded.iter().map(|(ids, _)| ids.len()).collect();

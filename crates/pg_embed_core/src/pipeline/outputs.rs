@@ -8,6 +8,7 @@ use tokenizers::Tokenizer;
 use super::Weights;
 use super::multi::{ColbertTokens, Late, Lexical};
 use super::routes::{Routes, Routing};
+use super::score::ScoreOutput;
 use super::sparse::SparseStage;
 use crate::classifier::{Classifier, HeadConfig};
 use crate::error::{Error, Result};
@@ -31,11 +32,10 @@ use crate::st::Layout;
 /// [`Outputs::tokens`], [`Outputs::classifier`]) and gets it, or the error that says what
 /// the model gives and which call gives it.
 ///
-/// Each new kind of output is one more variant and its builder:
-/// - a causal-LM reranker: `Gives::Score`, holding the ids of the "yes" and "no" tokens
-///   its builder reads from the tokenizer (the LM head's weights a new part of
-///   `Weights`); the score the difference of the two logits at the last token, asked for
-///   by `classify`/`rerank` through an accessor as `classifier` is;
+/// Each new kind of output is one more variant and its builder, as the causal-LM reranker's
+/// `Gives::Score` is (its builder in `score.rs`, the LM head's rows in `Weights::score`,
+/// asked for by `classify`/`rerank` through [`Outputs::score`]) and the sparse autoencoder's
+/// sparse stage is (`Gives::Sparse`, [`super::sparse::SparseKind`]). To come:
 /// - per-task adapters: beside `routing`, a property of every output: the adapter a call
 ///   names (as it names a route) picks the backbone's weights before any output runs.
 pub(crate) struct Outputs {
@@ -59,6 +59,9 @@ pub(crate) enum Gives {
     /// bge-m3's three outputs of one pass (`encode_all`): dense vectors, lexical weights
     /// (`embed_sparse`) and token vectors (`embed_multi`).
     Three { dense: DenseOutput, lexical: Lexical },
+    /// One score per (query, document) pair (`classify`, `rerank`): a causal-LM reranker's
+    /// LogitScore, from the LM head's rows in the weights.
+    Score(Box<ScoreOutput>),
 }
 
 /// The dense output: sentence-transformers' Pooling, the Dense heads (in the weights, a
@@ -118,6 +121,7 @@ impl Outputs {
     fn gives_name(&self) -> &'static str {
         match &self.gives {
             Gives::Classify => "classification logits",
+            Gives::Score(_) => "relevance scores of (query, document) pairs",
             Gives::Sparse(_) => "sparse vectors",
             Gives::Multi(_) => "token vectors (late interaction)",
             Gives::Dense(_) | Gives::Three { .. } => "dense vectors",
@@ -128,6 +132,7 @@ impl Outputs {
     fn instead(&self) -> &'static str {
         match &self.gives {
             Gives::Classify => "classify",
+            Gives::Score(_) => "rerank",
             Gives::Sparse(_) => "embed_sparse",
             Gives::Multi(_) => "embed_multi",
             Gives::Dense(_) | Gives::Three { .. } => "embed",
@@ -143,7 +148,7 @@ impl Outputs {
     pub(super) fn dense(&self, call: &'static str) -> Result<&DenseOutput> {
         match &self.gives {
             Gives::Dense(dense) | Gives::Three { dense, .. } => Ok(dense),
-            Gives::Classify => Err(Error::WrongTask { task: "classify", call }),
+            Gives::Classify | Gives::Score(_) => Err(Error::WrongTask { task: "classify", call }),
             Gives::Sparse(_) | Gives::Multi(_) => Err(self.wrong_output(call)),
         }
     }
@@ -185,7 +190,16 @@ impl Outputs {
     pub(super) fn classifier<'a>(&self, weights: &'a Weights) -> Result<&'a Classifier> {
         match (&self.gives, &weights.classifier) {
             (Gives::Classify, Some(classifier)) => Ok(classifier),
+            (Gives::Score(_), _) => Err(self.wrong_output("classify_labels")),
             _ => Err(Error::WrongTask { task: "embed", call: "classify" }),
+        }
+    }
+
+    /// A causal-LM reranker's output.
+    pub(super) fn score(&self) -> Option<&ScoreOutput> {
+        match &self.gives {
+            Gives::Score(score) => Some(score),
+            _ => None,
         }
     }
 
