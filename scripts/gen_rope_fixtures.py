@@ -35,7 +35,7 @@ offline()
 os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
 
 VOCAB = 64
-INIT_STD = 0.5      # Linear / Embedding ~ N(0, 0.5), as the other generators
+INIT_STD = 0.2      # Linear / Embedding ~ N(0, 0.2): smaller than the other generators' 0.5, so float32 rounding in the rotary tables moves little
 NORM_STD = 0.2      # norm weight ~ 1 + N(0, 0.2), bias ~ N(0, 0.2); Gemma's (1 + weight) norms N(0, 0.2)
 # Input lengths: around 16, the original length of the scaled fixtures (16 stays short, 17 is
 # long), and up to 36, beyond it.
@@ -91,6 +91,7 @@ FIXTURES = [
      "ModernBERT, dynamic NTK on both layer types"),
 ]
 LENGTH_DEPENDENT = ("dynamic", "longrope")
+NOISE = 8e-5        # the most a 1e-6 relative change of the weights may move a fixture's outputs
 
 
 def floats(v):
@@ -152,7 +153,7 @@ MODEL_CLASSES = {"qwen3": "Qwen3Model", "llama": "LlamaModel", "gemma3": "Gemma3
 
 
 def randomize(model, seed):
-    """Linear and Embedding ~ N(0, 0.5); LayerNorm and RMSNorm weight 1 + N(0, 0.2), bias N(0, 0.2);
+    """Linear and Embedding ~ N(0, 0.2); LayerNorm and RMSNorm weight 1 + N(0, 0.2), bias N(0, 0.2);
     Gemma 3's RMSNorm, which scales by (1 + weight), weight N(0, 0.2). Parameters in sorted name order."""
     import torch
     from torch import nn
@@ -213,6 +214,20 @@ def padded_batch(model, cases):
     return max(float(abs(out[i, :len(c)].numpy() - hidden(model, c)).max()) for i, c in enumerate(cases))
 
 
+def noise(model, cases):
+    """How far the outputs move when every parameter is multiplied by 1 + N(0, 1e-6) (about 8
+    float32 ulps): a fixture that float32 rounding moves by more than a fraction of the
+    tests' 1e-4 is no use as a reference."""
+    import torch
+
+    g = torch.Generator().manual_seed(1)
+    other = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in other.parameters():
+            p.mul_(1 + 1e-6 * torch.randn(p.shape, generator=g))
+    return max(float(abs(hidden(model, c) - hidden(other, c)).max()) for c in cases)
+
+
 def unscaled(rope):
     """The same settings without scaling: the default type, the same bases."""
     rope = copy.deepcopy(rope)
@@ -241,6 +256,9 @@ def run(name, family, seed, rope, max_positions, notes, out_dir):
     for ids, want in zip(cases, outs):
         if abs(hidden(again, ids) - want).max() != 0.0:
             raise SystemExit(f"{name}: the saved model gives other numbers")
+    rounding = noise(model, cases)
+    if rounding > NOISE:
+        raise SystemExit(f"{name}: a 1e-6 relative change of the weights moves the outputs by {rounding}")
     # The scaling moves the outputs; where it depends on the length, only beyond it.
     plain = build(family, seed, unscaled(rope), max_positions)
     moved = [float(abs(hidden(plain, ids) - want).max()) for ids, want in zip(cases, outs)]
@@ -257,6 +275,7 @@ def run(name, family, seed, rope, max_positions, notes, out_dir):
         "rope": {k: config[k] for k in ("rope_parameters", "rope_scaling", "rope_theta") if k in config},
         "length_dependent": any(t in kind for t in LENGTH_DEPENDENT),
         "moved_by_scaling": moved,
+        "moved_by_weight_noise": rounding,
         "transformers_padded_batch_vs_single": padded_batch(model, cases),
         "cases": [{"input_ids": ids, "hidden": floats(h)} for ids, h in zip(cases, outs)],
     }
@@ -299,6 +318,8 @@ def main() -> int:
                 "rope": "the rotary keys of the saved config.json",
                 "length_dependent": "dynamic / longrope: each input's own length decides its frequencies",
                 "moved_by_scaling": "per case, max abs difference from the same model with rope_type default",
+                "moved_by_weight_noise": "max abs difference over the cases when every parameter is multiplied by "
+                                         "1 + N(0, 1e-6): how much float32 rounding can move this fixture",
                 "transformers_padded_batch_vs_single": "max abs difference of transformers' right-padded batch from "
                                                        "the lone inputs (length-dependent types: the batch takes the "
                                                        "frequencies of its padded length)"}}
