@@ -220,34 +220,47 @@ fn modernbert_dynamic_on_both_layer_types() {
     check("modernbert_dynamic");
 }
 
+/// Fixture `name` with config.json edited by `edit` gives its golden longest case.
+fn same_as_golden(name: &str, edit: &dyn Fn(&mut serde_json::Value)) {
+    let golden = golden();
+    let fx = &golden.fixtures[name];
+    let (_, model) = load_with(name, edit).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let last = fx.cases.last().unwrap();
+    let got = forward(model.as_ref(), &[&last.input_ids], fx.hidden_size).remove(0);
+    let (d, _) = compare(&got, &last.hidden, fx.hidden_size);
+    assert!(d <= TOLERANCE, "{name} edited: {d}");
+}
+
 /// The forms on the Hub (`rope_scaling` beside `rope_theta`, Gemma 3's
 /// `rope_local_base_freq`) give what transformers 5's `rope_parameters` give.
 #[test]
 fn hub_forms_read_as_rope_parameters() {
-    let hub = |name: &str, edit: &dyn Fn(&mut serde_json::Value)| {
-        let golden = golden();
-        let fx = &golden.fixtures[name];
-        let (_, model) = load_with(name, |c| edit(c)).unwrap_or_else(|e| panic!("{name}: {e}"));
-        let last = fx.cases.last().unwrap();
-        let got = forward(model.as_ref(), &[&last.input_ids], fx.hidden_size).remove(0);
-        let (d, _) = compare(&got, &last.hidden, fx.hidden_size);
-        assert!(d <= TOLERANCE, "{name} in the Hub's form: {d}");
-    };
-    hub("gte_ntk", &|c| {
+    same_as_golden("gte_ntk", &|c| {
         c.as_object_mut().unwrap().remove("rope_parameters");
         c["rope_theta"] = 10000.0.into();
         c["rope_scaling"] = serde_json::json!({"type": "ntk", "factor": 2.0});
     });
-    hub("qwen3_yarn", &|c| {
+    same_as_golden("qwen3_yarn", &|c| {
         let mut p = c.as_object_mut().unwrap().remove("rope_parameters").unwrap();
         c["rope_theta"] = p.as_object_mut().unwrap().remove("rope_theta").unwrap();
         c["rope_scaling"] = p;
     });
-    hub("gemma3_linear", &|c| {
+    same_as_golden("gemma3_linear", &|c| {
         c.as_object_mut().unwrap().remove("rope_parameters");
         c["rope_theta"] = 1_000_000.0.into();
         c["rope_local_base_freq"] = 10000.0.into();
         c["rope_scaling"] = serde_json::json!({"rope_type": "linear", "factor": 8.0});
+    });
+}
+
+/// transformers reads YaRN's `truncate` from the top of `rope_parameters`: in a nested one
+/// (ModernBERT's) an entry's `truncate` changes nothing.
+#[test]
+fn yarn_truncate_in_a_nested_entry_changes_nothing() {
+    same_as_golden("modernbert_yarn", &|c| {
+        for kind in ["full_attention", "sliding_attention"] {
+            c["rope_parameters"][kind]["truncate"] = false.into();
+        }
     });
 }
 

@@ -77,6 +77,9 @@ pub fn parameters(
     if nested {
         let mut own = object(rope_parameters.and_then(|p| p.get(kind))).unwrap_or_default();
         own.extend(scaling.unwrap_or_default());
+        // YaRN reads `truncate` from the top of `rope_parameters`, which a nested one does not
+        // have: true, whatever the entry says.
+        own.remove("truncate");
         (own, true)
     } else {
         (scaling.or_else(|| object(rope_parameters)).unwrap_or_default(), false)
