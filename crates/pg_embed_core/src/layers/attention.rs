@@ -146,18 +146,52 @@ impl RelativeBias {
 }
 
 /// Rotary positions, non-interleaved (the two halves of each head rotated together, as
-/// transformers' `rotate_half`), at positions 0..len-1 within each sequence.
+/// transformers' `rotate_half`), at positions 0..len-1 within each sequence. Scaled rotary
+/// types (see `models/rotary.rs`, which computes the frequencies) give their own
+/// frequencies, a factor on cos and sin, and, where the frequencies depend on a
+/// sequence's length, what the longer sequences take ([`Long`]).
 #[derive(serde::Serialize, serde::Deserialize)]
 pub struct Rotary {
-    /// 1 / theta^(2i / head_dim) for i < head_dim / 2.
+    /// 1 / theta^(2i / head_dim) for i < head_dim / 2 (unscaled).
     inv_freq: crate::buffer::Floats,
+    /// cos and sin times this (transformers' `attention_scaling`: YaRN's and LongRoPE's).
+    #[serde(default = "one")]
+    scale: f32,
+    /// The frequencies of the sequences longer than a length, when they differ.
+    #[serde(default)]
+    long: Option<Long>,
+}
+
+fn one() -> f32 {
+    1.0
+}
+
+/// What a sequence longer than `above` tokens takes instead of a rotary's frequencies, as
+/// transformers computes that sequence alone (its `dynamic_rope_update`).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub enum Long {
+    /// These frequencies (LongRoPE's long factors).
+    Frequencies { above: usize, inv_freq: Vec<f32> },
+    /// The unscaled frequencies of the base theta (factor len / above - (factor - 1))^(d /
+    /// (d - 2)) for a sequence of len tokens and heads of d (dynamic NTK), computed in
+    /// float32 as torch does.
+    Dynamic { above: usize, theta: f64, factor: f64 },
+}
+
+/// 1 / theta^(2i / head_dim) for i < head_dim / 2, in float32 as transformers computes it.
+pub fn default_inv_freq(head_dim: usize, theta: f32) -> Vec<f32> {
+    (0..head_dim).step_by(2).map(|i| 1.0 / theta.powf(i as f32 / head_dim as f32)).collect()
 }
 
 impl Rotary {
     pub fn new(head_dim: usize, theta: f64) -> Self {
-        let inv_freq: Vec<f32> =
-            (0..head_dim).step_by(2).map(|i| 1.0 / (theta as f32).powf(i as f32 / head_dim as f32)).collect();
-        Rotary { inv_freq: inv_freq.into() }
+        Rotary { inv_freq: default_inv_freq(head_dim, theta as f32).into(), scale: 1.0, long: None }
+    }
+
+    /// Frequencies computed elsewhere (`models/rotary.rs`), cos and sin times `scale`, and
+    /// the longer sequences' own frequencies (`long`).
+    pub fn scaled(inv_freq: Vec<f32>, scale: f32, long: Option<Long>) -> Self {
+        Rotary { inv_freq: inv_freq.into(), scale, long }
     }
 
     /// Half the head width this rotates.
@@ -165,11 +199,50 @@ impl Rotary {
         self.inv_freq.len()
     }
 
-    /// (cos, sin) [positions, half] of the angles position x frequency.
+    /// Whether a sequence's frequencies depend on its length.
+    pub fn varies(&self) -> bool {
+        self.long.is_some()
+    }
+
+    /// The frequencies of a sequence of `len` tokens.
+    fn frequencies(&self, len: usize) -> std::borrow::Cow<'_, [f32]> {
+        match &self.long {
+            Some(Long::Frequencies { above, inv_freq }) if len > *above => inv_freq.into(),
+            Some(Long::Dynamic { above, theta, factor }) if len > *above => {
+                // torch: a float32 tensor from the int64 length, in this order.
+                let (d, f) = (2 * self.half(), *factor as f32);
+                let ratio = f * len as f32 / *above as f32 - (f - 1.0);
+                let base = *theta as f32 * ratio.powf(d as f32 / (d as f32 - 2.0));
+                default_inv_freq(d, base).into()
+            }
+            _ => (&self.inv_freq[..]).into(),
+        }
+    }
+
+    /// (cos, sin) [positions, half] of the angles position x frequency, times the scale,
+    /// for sequences of `positions` tokens.
     pub(crate) fn table(&self, positions: usize) -> (Vec<f32>, Vec<f32>) {
-        let angles: Vec<f32> =
-            (0..positions).flat_map(|p| self.inv_freq.iter().map(move |f| p as f32 * f)).collect();
-        (angles.iter().map(|a| a.cos()).collect(), angles.iter().map(|a| a.sin()).collect())
+        let inv_freq = self.frequencies(positions);
+        let angles: Vec<f32> = (0..positions).flat_map(|p| inv_freq.iter().map(move |f| p as f32 * f)).collect();
+        let s = self.scale;
+        let (cos, sin) = (angles.iter().map(|a| a.cos()), angles.iter().map(|a| a.sin()));
+        if s == 1.0 {
+            (cos.collect(), sin.collect())
+        } else {
+            (cos.map(|c| c * s).collect(), sin.map(|v| v * s).collect())
+        }
+    }
+
+    /// (cos, sin) [tokens, half] of a packed batch: each sequence of `lengths` its own
+    /// table (`table` of its length), token t of the batch at row t.
+    pub(crate) fn rows(&self, lengths: &[usize]) -> (Vec<f32>, Vec<f32>) {
+        let (mut cos, mut sin) = (Vec::new(), Vec::new());
+        for &len in lengths {
+            let (c, s) = self.table(len);
+            cos.extend(c);
+            sin.extend(s);
+        }
+        (cos, sin)
     }
 }
 

@@ -72,7 +72,9 @@ mod stack;
 mod tests;
 
 pub use activation::Activation;
-pub use attention::{relative_position_bucket, AttentionBias, KeyLimits, RelativeBias, Rotary, ScoreTerm};
+pub use attention::{
+    default_inv_freq, relative_position_bucket, AttentionBias, KeyLimits, Long, RelativeBias, Rotary, ScoreTerm,
+};
 pub use embedding::{lengths_of, Embedding};
 pub use linear::{torch_product, with_precision, Linear, Weight};
 pub use math::{erf, exp};

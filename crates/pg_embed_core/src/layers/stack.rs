@@ -336,14 +336,21 @@ impl Stack {
             _ => None,
         };
         let own = own.as_deref().map(|values| AttentionBias { values, size: longest });
-        let rope = self.rotary.as_ref().map(|r| r.table(longest));
-        let local_rope = self.sliding.as_ref().and_then(|s| s.rotary.as_ref()).map(|r| r.table(longest));
+        let local = self.sliding.as_ref().and_then(|s| s.rotary.as_ref());
+        // Frequencies that depend on a sequence's length (dynamic NTK, LongRoPE): a table
+        // of each sequence's own, token t at row t, so that a batch gives what each of its
+        // sequences gives alone.
+        let varies = self.rotary.iter().chain(local).any(Rotary::varies);
+        let table = |r: &Rotary| if varies { r.rows(lengths) } else { r.table(longest) };
+        let rope = self.rotary.as_ref().map(table);
+        let local_rope = local.map(table);
+        let rows: Option<Vec<u32>> = varies.then(|| (0..tokens as u32).collect());
         let call = Call {
             bias: bias.or(own.as_ref()),
             rope: rope.as_ref().map(|(c, s)| (&c[..], &s[..])),
             local_rope: local_rope.as_ref().map(|(c, s)| (&c[..], &s[..])),
             term,
-            rope_rows: None,
+            rope_rows: rows.as_deref(),
         };
         self.dispatch(x, lengths, &call);
     }

@@ -12,7 +12,7 @@
 use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
-use super::checks::{activation, bad_weights, check_eps, check_positions, check_rope_theta, unsupported};
+use super::checks::{activation, bad_weights, check_eps, check_positions, unsupported};
 use super::rotary;
 use crate::error::{Error, Result};
 use crate::layers;
@@ -51,10 +51,11 @@ pub struct Spec {
     /// Soft-capping of the attention scores (Gemma 2's attn_logit_softcapping).
     pub softcap: Option<f32>,
     pub causal: bool,
-    pub rope_theta: f64,
+    /// The global layers' rotary positions.
+    pub rope: rotary::Rope,
     /// Sliding-window layers: which layers slide, the window (each query sees the keys at
-    /// most this many positions away) and their rotary base.
-    pub sliding: Option<(Vec<bool>, usize, f64)>,
+    /// most this many positions away) and their rotary positions.
+    pub sliding: Option<(Vec<bool>, usize, rotary::Rope)>,
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -84,10 +85,6 @@ fn check(spec: &Spec) -> Result<()> {
     }
     check_positions("max_position_embeddings", spec.max_positions)?;
     check_eps("rms_norm_eps", spec.eps)?;
-    check_rope_theta("rope_theta", spec.rope_theta)?;
-    if let Some((_, _, theta)) = &spec.sliding {
-        check_rope_theta("rope_theta of sliding_attention", *theta)?;
-    }
     if let Some(cap) = spec.softcap.filter(|c| !(c.is_finite() && *c > 0.0)) {
         return bad(format!("attn_logit_softcapping {cap} is not a positive number"));
     }
@@ -107,6 +104,8 @@ pub fn load(vb: VarBuilder, spec: &Spec) -> Result<Model> {
         ));
     }
     let (h, ff, d) = (spec.hidden, spec.intermediate, spec.head_dim);
+    let rotary = spec.rope.rotary(d)?;
+    let local_rotary = spec.sliding.as_ref().map(|(_, _, rope)| rope.rotary(d)).transpose()?;
     let load = || -> candle_core::Result<Model> {
         let norm = |vb: VarBuilder, width: usize| -> candle_core::Result<layers::Norm> {
             let mut weight = vb.get(width, "weight")?.to_vec1::<f32>()?;
@@ -175,12 +174,12 @@ pub fn load(vb: VarBuilder, spec: &Spec) -> Result<Model> {
             final_norm: Some(norm(vb.pp("norm"), h)?),
             scaled: true,
             causal: spec.causal,
-            rotary: Some(layers::Rotary::new(d, spec.rope_theta)),
+            rotary: Some(rotary),
             relative_bias: None,
-            sliding: spec.sliding.as_ref().map(|(which, window, theta)| layers::Sliding {
+            sliding: spec.sliding.as_ref().zip(local_rotary).map(|((which, window, _), rotary)| layers::Sliding {
                 layers: which.clone(),
                 window: *window,
-                rotary: Some(layers::Rotary::new(d, *theta)),
+                rotary: Some(rotary),
             }),
             scale: spec.scale,
             softcap: spec.softcap,
@@ -351,9 +350,15 @@ impl Fields {
             scale: None,
             softcap: None,
             causal: true,
-            rope_theta: self.rope.full_attention(d.rope_theta)?,
+            rope: self.rope.full_attention(self.rotary_family(d, false))?,
             sliding: None,
         })
+    }
+
+    /// Where this family's rotary settings may say what (`ntk`: GTE's type).
+    pub fn rotary_family(&self, d: &Defaults, ntk: bool) -> rotary::Family {
+        let max_positions = self.max_position_embeddings.unwrap_or(d.max_position_embeddings);
+        rotary::Family { theta: d.rope_theta, max_positions, ntk }
     }
 
     /// Refuses sliding-window layers where the family implements none (Qwen2, Qwen3):

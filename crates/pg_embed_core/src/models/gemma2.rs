@@ -74,7 +74,7 @@ impl Config {
             // `(i + 1) % 2`); one rotary base for all.
             Some(w) => {
                 let layers = self.decoder.sliding_layers(&GEMMA2, |i| (i + 1) % 2 == 1)?;
-                Some((layers, w, spec.rope_theta))
+                Some((layers, w, spec.rope.clone()))
             }
             None => None,
         };

@@ -12,6 +12,7 @@ use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
 use super::decoder::{self, Defaults, Fields};
+use super::rotary;
 use crate::error::Result;
 
 /// `transformers.Gemma3TextConfig`'s defaults.
@@ -71,8 +72,8 @@ impl Config {
         let pattern = self.sliding_window_pattern.unwrap_or(6).max(1);
         let layers = self.decoder.sliding_layers(&GEMMA3, |i| (i + 1) % pattern != 0)?;
         // rope_scaling applies to the global layers only (transformers).
-        let local_theta =
-            self.decoder.rope.theta("sliding_attention", false, self.rope_local_base_freq, 10_000.0)?;
+        let family = rotary::Family { theta: 10_000.0, ..self.decoder.rotary_family(&GEMMA3, false) };
+        let local = self.decoder.rope.rope("sliding_attention", false, self.rope_local_base_freq, family)?;
         Ok(decoder::Spec {
             qk_norms: true,
             sandwich: true,
@@ -82,7 +83,7 @@ impl Config {
             scale: Some(scale),
             softcap: self.attn_logit_softcapping.map(|c| c as f32),
             causal: !self.use_bidirectional_attention,
-            sliding: Some((layers, self.window(), local_theta)),
+            sliding: Some((layers, self.window(), local)),
             ..spec
         })
     }

@@ -26,6 +26,7 @@ const GTE: Defaults = Defaults {
     layer_norm_eps: 1e-12,
     pad_token_id: 1,
     rope_theta: 160_000.0,
+    rope_ntk: true,
     feedforward: Feedforward::Gated,
 };
 

@@ -60,6 +60,8 @@ pub struct Defaults {
     pub layer_norm_eps: f64,
     pub pad_token_id: u32,
     pub rope_theta: f64,
+    /// GTE's `ntk` rotary type is known.
+    pub rope_ntk: bool,
     pub feedforward: Feedforward,
 }
 
@@ -76,6 +78,7 @@ const JINA: Defaults = Defaults {
     layer_norm_eps: 1e-5,
     pad_token_id: 1,
     rope_theta: 20_000.0,
+    rope_ntk: false,
     feedforward: Feedforward::Plain,
 };
 
@@ -104,6 +107,8 @@ impl Fields {
     }
 
     pub fn shape<'a>(&'a self, d: &'a Defaults) -> Result<Shape<'a>> {
+        let max_positions = self.max_position_embeddings.unwrap_or(d.max_position_embeddings);
+        let family = rotary::Family { theta: d.rope_theta, max_positions, ntk: d.rope_ntk };
         Ok(Shape {
             vocab_size: self.vocab_size.unwrap_or(d.vocab_size),
             hidden: self.hidden_size.unwrap_or(d.hidden_size),
@@ -113,8 +118,8 @@ impl Fields {
             type_vocab_size: self.type_vocab_size.unwrap_or(d.type_vocab_size),
             eps: self.layer_norm_eps.unwrap_or(d.layer_norm_eps),
             hidden_act: self.hidden_act.as_deref().unwrap_or(d.hidden_act),
-            max_positions: self.max_position_embeddings.unwrap_or(d.max_position_embeddings),
-            rope_theta: self.rope.full_attention(d.rope_theta)?,
+            max_positions,
+            rope: self.rope.full_attention(family)?,
             feedforward: d.feedforward,
         })
     }
@@ -147,7 +152,7 @@ pub struct Shape<'a> {
     pub eps: f64,
     pub hidden_act: &'a str,
     pub max_positions: usize,
-    pub rope_theta: f64,
+    pub rope: rotary::Rope,
     pub feedforward: Feedforward,
 }
 
@@ -194,6 +199,7 @@ pub fn load(vb: VarBuilder, s: &Shape) -> Result<RopeEncoder> {
     };
     let (h, ff) = (s.hidden, s.intermediate);
     let head_dim = h / s.heads;
+    let rotary = s.rope.rotary(head_dim)?;
     let load = || -> candle_core::Result<RopeEncoder> {
         let norm = |vb: VarBuilder| layer_norm(&vb, h, s.eps, true);
         let layer = |i: usize| -> candle_core::Result<layers::Layer> {
@@ -252,7 +258,7 @@ pub fn load(vb: VarBuilder, s: &Shape) -> Result<RopeEncoder> {
         let norm = norm(if names == Names::Jina { vb.pp("emb_ln") } else { e.pp("LayerNorm") })?;
         let spec = layers::StackSpec {
             head_dim,
-            rotary: Some(layers::Rotary::new(head_dim, s.rope_theta)),
+            rotary: Some(rotary),
             ..layers::StackSpec::post_norm(h, s.heads, act)
         };
         Ok(RopeEncoder { word, token_type, norm, stack: layers::Stack::new(stack, spec)?, pooler: None })

@@ -45,7 +45,7 @@ impl super::Config for Config {
             qkv_bias: false,
             o_bias: false,
             mlp_bias: false,
-            sliding: window.map(|w| (vec![true; spec.layers], w, spec.rope_theta)),
+            sliding: window.map(|w| (vec![true; spec.layers], w, spec.rope.clone())),
             ..spec
         };
         Ok(Box::new(decoder::load(vb, &spec)?))

@@ -2,9 +2,9 @@
 //! every n-th layer and a sliding window in the others, as transformers' `ModernBertModel`
 //! computes it, on the layer library's pre-norm stack over packed tokens. The config is
 //! read in both the transformers 5 form (`layer_types`, `rope_parameters`) and the form on
-//! the Hub (`global_attn_every_n_layers`, `global_rope_theta`, `local_rope_theta`).
+//! the Hub (`global_attn_every_n_layers`, `global_rope_theta`, `local_rope_theta`); a
+//! `rope_scaling` applies to both layer types, as transformers merges it.
 
-use std::collections::BTreeMap;
 
 use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
@@ -52,7 +52,10 @@ pub struct Config {
     #[serde(default = "d::global_attn_every_n_layers")]
     pub global_attn_every_n_layers: usize,
     #[serde(default)]
-    pub rope_parameters: Option<BTreeMap<String, rotary::Parameters>>,
+    pub rope_parameters: Option<serde_json::Value>,
+    /// Applied to both layer types (transformers' `ModernBertConfig`).
+    #[serde(default)]
+    pub rope_scaling: Option<serde_json::Value>,
     #[serde(default)]
     pub global_rope_theta: Option<f64>,
     #[serde(default)]
@@ -125,11 +128,12 @@ impl Config {
         Ok(n)
     }
 
-    /// The rotary base of "full_attention" or "sliding_attention" layers: its
-    /// `rope_parameters` entry, else the Hub's key (`legacy`), else `default`.
-    fn rope_theta(&self, kind: &str, legacy: Option<f64>, default: f64) -> Result<f64> {
-        let own = rotary::Settings::of(self.rope_parameters.as_ref().and_then(|p| p.get(kind)));
-        rotary::theta(own, None, &format!("rope_theta of {kind}"), legacy, default)
+    /// The rotary of "full_attention" or "sliding_attention" layers: its `rope_parameters`
+    /// entry with `rope_scaling`, its base else the Hub's key (`legacy`) else `theta`.
+    fn rope(&self, kind: &str, legacy: Option<f64>, theta: f64) -> Result<rotary::Rope> {
+        let (own, _) = rotary::parameters(self.rope_parameters.as_ref(), self.rope_scaling.as_ref(), kind);
+        let family = rotary::Family { theta, max_positions: self.max_position_embeddings, ntk: false };
+        rotary::read(&own, &format!("rope_theta of {kind}"), legacy, family, None)
     }
 }
 
@@ -168,8 +172,8 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
         ));
     }
     let global_every = cfg.global_every()?;
-    let global_theta = cfg.rope_theta("full_attention", cfg.global_rope_theta, 160_000.0)?;
-    let local_theta = cfg.rope_theta("sliding_attention", cfg.local_rope_theta, 10_000.0)?;
+    let global = cfg.rope("full_attention", cfg.global_rope_theta, 160_000.0)?;
+    let local = cfg.rope("sliding_attention", cfg.local_rope_theta, 10_000.0)?;
     // Inputs are at most MAX_POSITIONS long: a window of twice that already reaches every
     // token, and so does any wider one.
     let window = cfg.local_attention.min(2 * MAX_POSITIONS) / 2;
@@ -186,6 +190,7 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
     let (h, ff) = (cfg.hidden_size, cfg.intermediate_size);
     let head_dim = h / cfg.num_attention_heads;
     let eps = cfg.norm_eps;
+    let (global, local) = (global.rotary(head_dim)?, local.rotary(head_dim)?);
     let load = || -> candle_core::Result<Model> {
         let linear = |vb: VarBuilder, o: usize, i: usize| -> candle_core::Result<layers::Linear> {
             let w = vb.get((o, i), "weight")?.flatten_all()?.to_vec1::<f32>()?;
@@ -222,12 +227,12 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
         let spec = layers::StackSpec {
             norm_position: layers::NormPosition::Pre,
             final_norm: Some(norm(vb.pp("final_norm"))?),
-            rotary: Some(layers::Rotary::new(head_dim, global_theta)),
+            rotary: Some(global),
             sliding: Some(layers::Sliding::between_global(
                 global_every,
                 cfg.num_hidden_layers,
                 window,
-                Some(layers::Rotary::new(head_dim, local_theta)),
+                Some(local),
             )),
             ..layers::StackSpec::post_norm(h, cfg.num_attention_heads, layers::Activation::Gelu)
         };

@@ -40,8 +40,9 @@ pub struct Config {
     pub pad_token_id: u32,
     #[serde(default)]
     pub head_dim: Option<usize>,
-    #[serde(default)]
-    pub rope_parameters: Option<rotary::Parameters>,
+    /// `rope_parameters` (transformers 5), `rope_scaling`, `rope_theta`.
+    #[serde(flatten)]
+    pub rope: rotary::Fields,
     /// nomic-ai's name for the rotary base.
     #[serde(default)]
     pub rotary_emb_base: Option<f64>,
@@ -151,10 +152,13 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
     check_heads(cfg.hidden_size, cfg.num_attention_heads)?;
     check_eps("layer_norm_eps", cfg.layer_norm_eps)?;
     // nomic-ai's `rotary_emb_base` is the Hub's key for the base.
-    let own = rotary::Settings::of(cfg.rope_parameters.as_ref());
-    let theta = rotary::theta(own, None, "rope_theta", cfg.rotary_emb_base, 1000.0)?;
+    let family = rotary::Family { theta: 1000.0, max_positions: cfg.max_position_embeddings, ntk: false };
+    let r = &cfg.rope;
+    let (own, _) = rotary::parameters(r.rope_parameters.as_ref(), r.rope_scaling.as_ref(), "full_attention");
+    let rope = rotary::read(&own, "rope_theta", r.rope_theta.or(cfg.rotary_emb_base), family, None)?;
     let (h, ff) = (cfg.hidden_size, cfg.intermediate_size);
     let head_dim = h / cfg.num_attention_heads;
+    let rotary = rope.rotary(head_dim)?;
     let eps = cfg.layer_norm_eps;
     // nomic-ai's checkpoints fuse q, k and v into `attn.Wqkv` and name layers differently.
     let hub = vb.contains_tensor("encoder.layers.0.attn.Wqkv.weight");
@@ -228,7 +232,7 @@ pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Model> {
         let norm = norm(if hub { vb.pp("emb_ln") } else { e.pp("LayerNorm") })?;
         let spec = layers::StackSpec {
             head_dim,
-            rotary: Some(layers::Rotary::new(head_dim, theta)),
+            rotary: Some(rotary),
             ..layers::StackSpec::post_norm(h, cfg.num_attention_heads, act)
         };
         Ok(Model { word, token_type, norm, stack: layers::Stack::new(stack, spec)? })
