@@ -89,6 +89,10 @@ pub fn parameters(
 /// The rotary types transformers 5.24 computes, for messages.
 const TYPES: &str = "default, linear, proportional, dynamic, yarn, longrope, llama3";
 /// The same and GTE's ntk.
+/// The largest rotary head size pg_embed builds frequencies for: 256 times the largest of the
+/// supported models' (256).
+const MAX_HEAD_DIM: usize = 1 << 16;
+
 const GTE_TYPES: &str = "default, linear, proportional, dynamic, yarn, longrope, llama3, ntk";
 
 /// How the layers of one type rotate: the base and the rotary type with its parameters
@@ -296,7 +300,12 @@ impl Rope {
 
     /// The rotary positions of heads of `head_dim` (even), its frequencies in float32 as
     /// transformers computes them.
+    /// The head size comes from config.json alone and the frequencies are built before any
+    /// tensor bounds it: one above [`MAX_HEAD_DIM`] is refused first.
     pub fn rotary(&self, head_dim: usize) -> Result<layers::Rotary> {
+        if head_dim > MAX_HEAD_DIM {
+            return Err(unsupported("rotary head size", &head_dim.to_string(), "at most 65536"));
+        }
         let (d, half) = (head_dim, head_dim / 2);
         let theta = self.rope_theta as f32;
         let scaled = |inv_freq: Vec<f32>, scale: f64, long: Option<Long>| {
