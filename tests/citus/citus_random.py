@@ -85,14 +85,17 @@ TRANSIENT = ("Could not fetch disk stats for node",)
 
 def retrying(f):
     """f(), again up to 4 times a second apart while it fails with a connection error (class
-    08, or one of TRANSIENT): Citus's connections to a worker that has just restarted can fail
-    a few times, for any statement. A failed statement changed nothing, so the oracle is
-    updated after f() only."""
+    08, or one of TRANSIENT) or as a deadlock's victim (40P01): Citus's connections to a worker
+    that has just restarted can fail a few times, for any statement, and a multi-row write can
+    deadlock with a vectorize worker writing the same rows in another order (PostgreSQL or
+    Citus's detector cancels one of the two; an application retries it, as here). A failed
+    statement changed nothing, so the oracle is updated after f() only."""
     for attempt in range(5):
         try:
             return f()
         except psycopg.Error as e:
-            transient = (e.sqlstate or "").startswith("08") or any(t in str(e) for t in TRANSIENT)
+            state = e.sqlstate or ""
+            transient = state.startswith("08") or state == "40P01" or any(t in str(e) for t in TRANSIENT)
             if not transient or attempt == 4:
                 raise
             time.sleep(1)

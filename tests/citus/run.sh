@@ -64,8 +64,25 @@ step "Citus: build (or use the installed one) and start a coordinator and two wo
 "$CITUS" build
 "$REPO/scripts/fetch_model.sh" >/dev/null
 "$CITUS" stop >/dev/null 2>&1 || true
-rm -rf "$REPO"/.pg/citus-*
-cleanup() { "$CITUS" stop >/dev/null 2>&1 || true; }
+rm -rf "$REPO"/.pg/citus-* "$REPO"/.pg/log/citus-*.log
+# A backend or worker process that died by a signal on any node, with the lines before it
+# in that node's log: printed when the run fails, so a CI log shows why.
+crashes() {
+    local log
+    for log in "$REPO"/.pg/log/citus-*.log; do
+        [ -f "$log" ] || continue
+        grep -n -B 30 -A 3 -E "terminated by signal|PANIC:" "$log" | sed "s|^|$(basename "$log"): |" | tail -n 80
+    done
+}
+cleanup() {
+    local rc=$?
+    if [ "$rc" -ne 0 ]; then
+        local found
+        found="$(crashes)"
+        [ -n "$found" ] && printf '%s\n%s\n' "==> crashed processes in the nodes' logs" "$found" >&2
+    fi
+    "$CITUS" stop >/dev/null 2>&1 || true
+}
 trap cleanup EXIT
 "$CITUS" start
 ensure_pg_user_access "$MODEL_DIR/all-MiniLM-L6-v2/config.json" "$MODEL_DIR"
@@ -426,4 +443,8 @@ first="${CITUS_FIRST_SEED:-1}"; seeds="${CITUS_SEEDS:-4}"; steps="${CITUS_STEPS:
 step "randomized: registrations with faults, DML, backfill cut short, restarts; seeds $first..$((first + seeds - 1)), $steps steps each"
 CITUS_PORT="$PG_EMBED_PORT" CITUS_EMPTY_DIR="$empty" "$VENV/bin/python" "$REPO/tests/citus/citus_random.py" \
     --first "$first" --seeds "$seeds" --steps "$steps" || fail "tests/citus/citus_random.py: a seed failed (its replay command is above)"
+found="$(crashes)"
+[ -z "$found" ] || fail "a process of a node died by a signal (the nodes' logs, above):
+$found"
+pass "no process of any node died by a signal (the nodes' logs)"
 step "Citus tests: all passed in $(elapsed_since "$t_all")"
