@@ -71,7 +71,7 @@ crashes() {
     local log
     for log in "$REPO"/.pg/log/citus-*.log; do
         [ -f "$log" ] || continue
-        grep -n -B 30 -A 3 -E "terminated by signal|PANIC:" "$log" | sed "s|^|$(basename "$log"): |" | tail -n 80
+        { grep -n -B 30 -A 3 -E "terminated by signal|PANIC:" "$log" || true; } | sed "s|^|$(basename "$log"): |" | tail -n 80
     done
 }
 cleanup() {

@@ -77,6 +77,33 @@ fn unimplemented_settings_are_named() {
     assert!(edited("nomic_bert_hub", |_| {}).is_ok());
 }
 
+/// The two families TEI serves that no released PyPI package computes as a reference are
+/// refused by name: Jina BERT v2 (ALiBi positions in a BERT config) and
+/// nomic-embed-text-v2-moe (mixture-of-experts layers in a NomicBERT config).
+#[test]
+fn jina_bert_v2_and_nomic_moe_are_refused_by_name() {
+    use pg_embed_core::error::Error;
+    let e = edited("bert", |c| {
+        c["position_embedding_type"] = "alibi".into();
+        c["architectures"] = serde_json::json!(["JinaBertForMaskedLM"]);
+    })
+    .err()
+    .expect("an ALiBi BERT config is refused");
+    assert!(
+        matches!(&e, Error::Unsupported { what: "position_embedding_type", value, supported, .. }
+            if value == "alibi" && supported.contains("Jina BERT v2")),
+        "{e:?}"
+    );
+    for (key, value) in [("moe_every_n_layers", 2), ("num_experts", 8)] {
+        let e = edited("nomic_bert_hub", |c| c[key] = value.into()).err().unwrap_or_else(|| panic!("{key} accepted"));
+        assert!(
+            matches!(&e, Error::Unsupported { what, supported, .. }
+                if *what == key && supported.contains("nomic-embed-text-v2-moe")),
+            "{key}: {e:?}"
+        );
+    }
+}
+
 #[test]
 fn hidden_states_and_pooled_outputs_match_transformers() {
     let path = root().join("tests/fixtures/backbones/golden.json");

@@ -83,6 +83,15 @@ impl Config {
     /// The shared encoder's settings for a config of the BERT family (RoBERTa and ELECTRA
     /// configs carry the same fields).
     pub fn spec(&self, embedding_size: usize, positions: Positions) -> Result<Spec<'_>> {
+        if self.position_embedding_type == "alibi" {
+            // Jina BERT v2 (jina-embeddings-v2-base-en/de/zh/code): ALiBi and a gated MLP,
+            // computed only by jinaai's Hub code; no released package on PyPI computes it.
+            return Err(unsupported(
+                "position_embedding_type",
+                &self.position_embedding_type,
+                "absolute (ALiBi, Jina BERT v2's, is refused: no released package on PyPI computes it as a reference)",
+            ));
+        }
         if self.position_embedding_type != "absolute" {
             return Err(unsupported("position_embedding_type", &self.position_embedding_type, "absolute"));
         }

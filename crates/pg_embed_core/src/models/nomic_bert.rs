@@ -62,6 +62,11 @@ pub struct Config {
     pub rotary_scaling_factor: Option<f64>,
     #[serde(default)]
     pub causal: Option<bool>,
+    /// nomic-embed-text-v2-moe's mixture-of-experts layers (every n-th layer's MLP).
+    #[serde(default)]
+    pub moe_every_n_layers: Option<usize>,
+    #[serde(default)]
+    pub num_experts: Option<usize>,
 }
 
 mod d {
@@ -134,9 +139,19 @@ impl Config {
                 bad(self.rotary_scaling_factor.is_some(), format!("{:?}", self.rotary_scaling_factor)),
             ),
             ("causal", bad(self.causal == Some(true), "true".into())),
+            (
+                "moe_every_n_layers",
+                bad(self.moe_every_n_layers.is_some_and(|n| n > 0), format!("{:?}", self.moe_every_n_layers)),
+            ),
+            ("num_experts", bad(self.num_experts.is_some_and(|n| n > 1), format!("{:?}", self.num_experts))),
             ("head_dim", bad(head_dim_differs, format!("{:?}", self.head_dim))),
         ];
         if let Some((what, Some(value))) = flags.iter().find(|(_, v)| v.is_some()) {
+            if what.contains("moe") || what.contains("experts") {
+                // nomic-embed-text-v2-moe: only nomic-ai's Hub code computes it; no released
+                // package on PyPI does, so there is no reference to check it against.
+                return Err(unsupported(what, value, "dense MLP layers (the mixture-of-experts layers of nomic-embed-text-v2-moe are refused: no released package on PyPI computes them as a reference)"));
+            }
             return Err(unsupported(
                 what,
                 value,
