@@ -83,7 +83,9 @@ fn unimplemented_settings_are_named() {
 #[test]
 fn jina_bert_v2_and_nomic_moe_are_refused_by_name() {
     use pg_embed_core::error::Error;
-    let e = edited("bert", |c| {
+    // (Own copies: the test above edits these fixtures in parallel.)
+    let fixture = |name: &str| root().join("tests/fixtures/backbones").join(name);
+    let e = load_edited(&fixture("bert"), "alibi", |c| {
         c["position_embedding_type"] = "alibi".into();
         c["architectures"] = serde_json::json!(["JinaBertForMaskedLM"]);
     })
@@ -95,7 +97,9 @@ fn jina_bert_v2_and_nomic_moe_are_refused_by_name() {
         "{e:?}"
     );
     for (key, value) in [("moe_every_n_layers", 2), ("num_experts", 8)] {
-        let e = edited("nomic_bert_hub", |c| c[key] = value.into()).err().unwrap_or_else(|| panic!("{key} accepted"));
+        let e = load_edited(&fixture("nomic_bert_hub"), key, |c| c[key] = value.into())
+            .err()
+            .unwrap_or_else(|| panic!("{key} accepted"));
         assert!(
             matches!(&e, Error::Unsupported { what, supported, .. }
                 if *what == key && supported.contains("nomic-embed-text-v2-moe")),
