@@ -550,4 +550,40 @@ mod tests {
         register("minilm");
         Spi::run("SELECT classify('minilm', 'x')").unwrap();
     }
+
+    /// jina-embeddings-v3's LoRA task adapters (tests/fixtures/lora): the third argument of
+    /// embed names the task under jinaai's name or its adapter folder's, the two-argument
+    /// form computes the `prompt` option's task, and model_info lists the tasks; the vectors
+    /// are sentence-transformers + peft's (golden.json) within 1e-4.
+    #[pg_test]
+    fn embed_with_a_lora_task() {
+        crate::sql_tests::use_fixtures();
+        crate::sql_tests::register_with("t_jina", "lora/jina_v3_peft", "{}");
+        crate::sql_tests::register_with("t_jina_q", "lora/jina_v3_original", "{\"prompt\": \"retrieval.query\"}");
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/lora/golden.json");
+        let golden: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+        let cases = golden["fixtures"]["jina_v3_peft"]["cases"].as_array().unwrap();
+        let case = |task: Option<&str>| cases.iter().find(|c| c["task"].as_str() == task).unwrap();
+        let close = |got: &[f32], want: &serde_json::Value, what: &str| {
+            let want: Vec<f32> = want.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect();
+            assert_eq!(got.len(), want.len(), "{what}");
+            for (g, w) in got.iter().zip(&want) {
+                assert!((g - w).abs() <= 1e-4 * w.abs().max(1.0), "{what}: {g} vs {w}");
+            }
+        };
+        for task in ["retrieval.query", "retrieval_query", "text-matching", "text_matching"] {
+            let jina = if task.contains('q') { "retrieval.query" } else { "text-matching" };
+            let c = case(Some(jina));
+            close(&embed_prompt_sql("t_jina", c["text"].as_str().unwrap(), task), &c["embedding"], task);
+        }
+        let base = case(None);
+        close(&embed_sql("t_jina", base["text"].as_str().unwrap()), &base["embedding"], "no task");
+        let query = case(Some("retrieval.query"));
+        close(&embed_sql("t_jina_q", query["text"].as_str().unwrap()), &query["embedding"], "the prompt option's task");
+        let tasks = Spi::get_one::<String>(
+            "SELECT string_agg(a->>'name', ',' ORDER BY a->>'name') FROM jsonb_array_elements(embed.model_info('t_jina')->'adapters') a",
+        )
+        .unwrap();
+        assert_eq!(tasks.as_deref(), Some("classification,retrieval_passage,retrieval_query,separation,text_matching"));
+    }
 }

@@ -15,6 +15,7 @@ pub mod files;
 pub mod heads;
 pub mod late;
 pub mod logit_score;
+pub mod lora;
 pub mod hub;
 // `#[macro_use]`: its `dispatch!` macro serves the modules after it (kernels).
 #[macro_use]

@@ -40,6 +40,23 @@ pub fn prepared_bytes(dir: &Path, precision: Precision) -> Result<u64> {
             total = total.saturating_add(safetensors_prepared_bytes(&path, is_backbone)?);
         }
     }
+    // LoRA task adapters: a copy of the backbone per task (`crate::lora`).
+    if let Some(bdir) = crate::st::Layout::read(dir).ok().map(|l| l.backbone_dir) {
+        let tasks = crate::lora::folders::count(&bdir) as u64;
+        if tasks > 0 {
+            total = total.saturating_add(tasks.saturating_mul(checkpoint_bytes(&bdir, precision)?));
+        }
+    }
+    Ok(total)
+}
+
+/// Bytes of the backbone checkpoint of `bdir` (its model*.safetensors) once prepared in
+/// `precision`: what each LoRA task's copy of the backbone takes.
+pub fn checkpoint_bytes(bdir: &Path, precision: Precision) -> Result<u64> {
+    let mut total = 0u64;
+    for path in backbone_files(bdir)? {
+        total = total.saturating_add(safetensors_prepared_bytes(&path, precision == Precision::Bfloat16)?);
+    }
     Ok(total)
 }
 
@@ -181,6 +198,13 @@ impl Tensors {
             }
         }
         Ok(Tensors { files, places })
+    }
+
+    /// The names of every tensor, sorted.
+    pub fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.places.keys().cloned().collect();
+        names.sort();
+        names
     }
 
     /// Elements of every tensor.

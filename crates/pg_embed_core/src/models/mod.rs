@@ -388,6 +388,23 @@ pub const ARCHITECTURES: &[Architecture] = &[
     row::<xlnet::Config, xlnet::Model>("xlnet"),
 ];
 
+/// jinaai's original jina-embeddings-v3 config.json (`model_type` xlm-roberta with
+/// `position_embedding_type` rotary) as transformers' jina_embeddings_v3 config: the
+/// rotary base `rotary_emb_base` under `rope_theta`. `None` for any other config.
+fn jina_original(bytes: &[u8]) -> Option<Vec<u8>> {
+    let mut c: serde_json::Value = serde_json::from_slice(bytes).ok()?;
+    let xlmr = matches!(c.get("model_type").and_then(serde_json::Value::as_str), Some("xlm-roberta" | "XLMRoberta"));
+    if !xlmr || c.get("position_embedding_type").and_then(serde_json::Value::as_str) != Some("rotary") {
+        return None;
+    }
+    let o = c.as_object_mut()?;
+    if let Some(base) = o.get("rotary_emb_base").cloned() {
+        o.entry("rope_theta").or_insert(base);
+    }
+    o.insert("model_type".into(), "jina_embeddings_v3".into());
+    serde_json::to_vec(&c).ok()
+}
+
 /// The supported `model_type`s, for messages.
 pub fn supported() -> &'static str {
     static NAMES: std::sync::OnceLock<String> = std::sync::OnceLock::new();
@@ -411,7 +428,19 @@ impl BackboneConfig {
             model_type: Option<String>,
         }
         let tag: Tag = serde_json::from_slice(bytes).map_err(|e| Error::invalid_file(path, e))?;
-        let model_type = tag.model_type.unwrap_or_default();
+        let mut model_type = tag.model_type.unwrap_or_default();
+        // jinaai's original jina-embeddings-v3 config: XLM-RoBERTa with rotary positions
+        // (`rotary_emb_base`), which transformers reads as jina_embeddings_v3; its task
+        // adapters are read by `crate::lora`.
+        let original_jina;
+        let bytes = match jina_original(bytes) {
+            Some(rewritten) => {
+                model_type = "jina_embeddings_v3".into();
+                original_jina = rewritten;
+                original_jina.as_slice()
+            }
+            None => bytes,
+        };
         let Some(row) = ARCHITECTURES.iter().find(|a| a.model_type == model_type) else {
             return Err(Error::Unsupported {
                 what: "model_type",

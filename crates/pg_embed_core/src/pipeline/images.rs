@@ -69,7 +69,7 @@ impl Pipeline {
             bounds.push(bounds[bounds.len() - 1] + self.image_tokens(p.height, p.width)?);
         }
         let batch = Batch { ids: &[], type_ids: &[], bounds: &bounds, images: pixels, keys: &[], pads_attended: false };
-        self.pool_batch(&batch, &vec![0; pixels.len()], modes, &[])
+        self.pool_batch(&batch, &vec![0; pixels.len()], modes, &[], self.weights.backbone.as_ref())
     }
 
     /// Embeds images (encoded image files): one vector per image, in input order, through

@@ -411,6 +411,17 @@ fn describe(
         pooling_from: pooling.from.clone(),
         heads: weights.heads.iter().map(Dense::describe).collect(),
         router: outputs.routing.as_ref().zip(weights.routes.as_ref()).map(|(routing, routes)| routing.describe(routes)),
+        adapters: {
+            let copy = crate::weights::checkpoint_bytes(folder.bdir(), options.precision.unwrap_or_default()).unwrap_or(0);
+            weights
+                .adapters
+                .iter()
+                .map(|a| {
+                    let prompt = prompt_texts.iter().find(|(k, _)| crate::lora::same_task(k, &a.name)).map(|(_, p)| p.clone());
+                    serde_json::json!({"name": a.name, "prompt": prompt, "changed_parameters": a.changed, "bytes": copy})
+                })
+                .collect()
+        },
         normalize: dense.normalize,
         dimensions: dense.dimensions,
         normalize_after_truncation: dense.normalize_after_truncation,
@@ -436,7 +447,16 @@ fn build_weights(
 ) -> Result<Weights> {
     let (config, bdir) = (&folder.config, folder.bdir());
     let device = Device::Cpu;
-    let (vb, parameters) = crate::weights::load_weights(bdir, &device)?;
+    // LoRA task adapters: the backbone read through them (the base), and a copy per task.
+    let lora = if folder.is_static {
+        None
+    } else {
+        crate::lora::Layout::find(bdir, &crate::files::read_json(&folder.config_path)?)?
+    };
+    let (vb, parameters) = match &lora {
+        Some(l) => (l.weights(None), l.parameters()),
+        None => crate::weights::load_weights(bdir, &device)?,
+    };
     let mlm = folder.mlm_config.as_ref().map(|c| MlmHead::load(&vb, c).map_err(|e| e.in_dir(bdir))).transpose()?;
     // A classifier: the classification head, or a causal-LM reranker's LM-head rows.
     let score = match &folder.layout.logit_score {
@@ -456,6 +476,30 @@ fn build_weights(
     let precision = options.precision.unwrap_or_default();
     let late = super::multi::LateHeads::load(bdir, &folder.layout, folder.m3, config.hidden_size(), &vb)?;
     let backbone = crate::layers::with_precision(precision, || config.load(vb)).map_err(|e| e.in_dir(bdir))?;
+    let adapters = match &lora {
+        Some(l) => {
+            if classify || folder.mlm_config.is_some() || late.is_some() {
+                return Err(Error::Unsupported {
+                    what: "LoRA task adapters",
+                    value: format!("{} ({})", crate::lora::names(&l.tasks), l.kind),
+                    path: bdir.to_path_buf(),
+                    supported: "an embedding model's adapters (embed); a classifier, sparse or multi-vector model with adapters is refused",
+                });
+            }
+            let adapted = l
+                .tasks
+                .iter()
+                .map(|task| {
+                    let backbone = crate::layers::with_precision(precision, || config.load(l.weights(Some(task))))
+                        .map_err(|e| e.in_dir(bdir))?;
+                    Ok(super::Adapted { name: task.name.clone(), changed: task.changed(), backbone })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            l.check_used()?;
+            adapted
+        }
+        None => Vec::new(),
+    };
     if classifier.as_ref().is_some_and(Classifier::needs_pooler) && backbone.pooler_size().is_none() {
         return Err(Error::invalid_file(
             bdir.join("model.safetensors"),
@@ -489,7 +533,7 @@ fn build_weights(
         + routes.as_ref().map_or(0, Routes::parameters)
         + late.as_ref().map_or(0, super::multi::LateHeads::parameters)
         + sae.as_ref().map_or(0, SparseAutoEncoder::parameters);
-    Ok(Weights { backbone, classifier, heads, parameters, mlm, routes, late, sae, score })
+    Ok(Weights { backbone, adapters, classifier, heads, parameters, mlm, routes, late, sae, score })
 }
 
 /// The width of the pooling stage's output: each mode's, concatenated.
@@ -540,6 +584,8 @@ fn shared_weights(
             #[derive(serde::Deserialize)]
             struct Described {
                 backbone: serde_json::Value,
+                #[serde(default)]
+                adapters: Vec<super::Adapted<serde_json::Value>>,
                 classifier: Option<Classifier>,
                 heads: Vec<Dense>,
                 parameters: usize,
@@ -557,8 +603,14 @@ fn shared_weights(
                 let d: Described = serde_json::from_value(parts)
                     .map_err(|e| Error::invalid_file(&file.path, format!("cannot restore the weights: {e}")))?;
                 let backbone = config.restore(d.backbone)?;
+                let adapters = d
+                    .adapters
+                    .into_iter()
+                    .map(|a| Ok(super::Adapted { name: a.name, changed: a.changed, backbone: config.restore(a.backbone)? }))
+                    .collect::<Result<Vec<_>>>()?;
                 Ok(Weights {
                     backbone,
+                    adapters,
                     classifier: d.classifier,
                     heads: d.heads,
                     parameters: d.parameters,

@@ -80,6 +80,11 @@ pub struct PipelineInfo {
     /// routes run among `heads` (`after_heads`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub router: Option<serde_json::Value>,
+    /// LoRA task adapters (`crate::lora`): each task's name, the prompt a call naming it
+    /// prepends, the parameters its delta changes, and the bytes of its merged copy of the
+    /// backbone in the shared file.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub adapters: Vec<serde_json::Value>,
     /// Whether the output is L2-normalised (the Normalize module, or options).
     pub normalize: bool,
     /// Matryoshka truncation (`options.dimensions`), if any.
@@ -167,6 +172,8 @@ impl Sharing {
 #[derive(serde::Serialize)]
 pub(crate) struct Weights {
     pub backbone: Box<dyn crate::models::Model>,
+    /// LoRA task adapters: a copy of the backbone per task, its delta merged (`crate::lora`).
+    pub adapters: Vec<Adapted>,
     pub classifier: Option<Classifier>,
     pub heads: Vec<crate::heads::Dense>,
     /// Parameters of the backbone's checkpoint and the heads.
@@ -181,6 +188,16 @@ pub(crate) struct Weights {
     pub sae: Option<crate::autoencoder::SparseAutoEncoder>,
     /// A causal-LM reranker's LM-head rows of its true and false tokens.
     pub score: Option<crate::score_head::ScoreHead>,
+}
+
+/// The backbone of one LoRA task: its delta merged into the weights once.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub(crate) struct Adapted<B = Box<dyn crate::models::Model>> {
+    /// The task's name (the adapter's folder, or jinaai's task name).
+    pub name: String,
+    /// Elements of the weights the task's delta changes.
+    pub changed: usize,
+    pub backbone: B,
 }
 
 impl Weights {
@@ -317,11 +334,18 @@ impl Pipeline {
         let Some(name) = name.or(self.text()?.default_prompt.as_deref()).filter(|n| !n.is_empty()) else {
             return Ok(None);
         };
-        match self.text()?.prompts.get(name) {
+        let prompts = &self.text()?.prompts;
+        // A LoRA task's name: its prompt under either spelling (`retrieval_query` is
+        // jinaai's `retrieval.query`), or none.
+        let task_prompt = || {
+            self.adapter_of(Some(name))
+                .and_then(|_| prompts.iter().find(|(k, _)| crate::lora::same_task(k, name)).map(|(_, p)| p))
+        };
+        match prompts.get(name).or_else(task_prompt) {
             Some(p) if p.text.is_empty() => Ok(None),
             Some(p) => Ok(Some(p)),
-            // A route's name (an asymmetric model) need not be a prompt too.
-            None if self.is_route(name) => Ok(None),
+            // A route's name (an asymmetric model) need not be a prompt too, nor a task's.
+            None if self.is_route(name) || self.adapter_of(Some(name)).is_some() => Ok(None),
             None => Err(Error::UnknownPrompt { name: name.into(), known: known_prompts(&self.info.prompts) }),
         }
     }
@@ -389,9 +413,9 @@ impl Pipeline {
     /// prompt (if any), `Some("")` no prompt.
     /// For an asymmetric model, `prompt_name` also picks the route (see `routes`).
     pub fn embed_with_prompt(&self, texts: &[&str], prompt_name: Option<&str>) -> Result<Vec<Vec<f32>>> {
-        let route = self.route_of(prompt_name)?;
+        let (route, backbone) = (self.route_of(prompt_name)?, self.backbone_of(prompt_name));
         let (dense, prepared) = self.prepare(texts, prompt_name, 1)?;
-        let vectors = self.embed_encoded(dense, &prepared.rows.iter().collect::<Vec<_>>(), route)?;
+        let vectors = self.embed_encoded(dense, &prepared.rows.iter().collect::<Vec<_>>(), route, backbone)?;
         Ok(dense.combine(vectors, &prepared.spans))
     }
 
@@ -406,14 +430,14 @@ impl Pipeline {
         threads: usize,
         mut before_batch: impl FnMut() -> Result<()>,
     ) -> Result<Vec<Vec<f32>>> {
-        let route = self.route_of(None)?;
+        let (route, backbone) = (self.route_of(None)?, self.backbone_of(None));
         let (dense, prepared) = self.prepare(texts, None, threads)?;
         let encoded = &prepared.rows;
         let lengths: Vec<usize> = encoded.iter().map(|r| r.ids.len()).collect();
         let threads = self.compute_threads(threads);
         let out = in_batches(&lengths, max_batch_tokens, threads, &mut before_batch, |batch| {
             let rows: Vec<&Encoded> = batch.iter().map(|&i| &encoded[i]).collect();
-            self.embed_encoded(dense, &rows, route)
+            self.embed_encoded(dense, &rows, route, backbone)
         })?;
         Ok(dense.combine(out, &prepared.spans))
     }
@@ -498,11 +522,17 @@ impl Pipeline {
 
     /// One batch of encoded inputs through backbone, pooling, heads (of `route`, for an
     /// asymmetric model), normalize.
-    fn embed_encoded(&self, dense: &DenseOutput, rows: &[&Encoded], route: Option<&routes::Route>) -> Result<Vec<Vec<f32>>> {
+    fn embed_encoded(
+        &self,
+        dense: &DenseOutput,
+        rows: &[&Encoded],
+        route: Option<&routes::Route>,
+        backbone: &dyn crate::models::Model,
+    ) -> Result<Vec<Vec<f32>>> {
         if rows.is_empty() {
             return Ok(Vec::new());
         }
-        let pooled = self.forward_pooled(rows, &dense.pooling)?;
+        let pooled = self.forward_pooled(rows, &dense.pooling, backbone)?;
         self.finish(dense, pooled, route)
     }
 
@@ -514,9 +544,9 @@ impl Pipeline {
 
     /// One forward pass of the backbone over encoded `rows`, packed, pooled with `modes`:
     /// one row per input.
-    fn forward_pooled(&self, rows: &[&Encoded], modes: &[PoolingMode]) -> Result<Vec<Vec<f32>>> {
+    fn forward_pooled(&self, rows: &[&Encoded], modes: &[PoolingMode], backbone: &dyn crate::models::Model) -> Result<Vec<Vec<f32>>> {
         let packed = self.packed(rows);
-        self.pool_batch(&packed.batch(), &packed.skips, modes, &[])
+        self.pool_batch(&packed.batch(), &packed.skips, modes, &[], backbone)
     }
 
     /// One forward pass of the backbone over a packed batch (text or images), pooled with
@@ -529,20 +559,18 @@ impl Pipeline {
         skips: &[usize],
         modes: &[PoolingMode],
         lasts: &[usize],
+        backbone: &dyn crate::models::Model,
     ) -> Result<Vec<Vec<f32>>> {
         self.stats.forward_passes.fetch_add(1, Relaxed);
-        if let Some(table) = self.weights.backbone.token_table().filter(|_| !modes.contains(&PoolingMode::Pooler)) {
+        if let Some(table) = backbone.token_table().filter(|_| !modes.contains(&PoolingMode::Pooler)) {
             let token = table.rows_of(batch.ids).map_err(Error::inference)?;
             let sequences = pooling::Sequences { bounds: batch.bounds, skips, summary: 0, lasts };
             return pooling::pool_rows(token, self.hidden_size, sequences, modes, None).map_err(Error::Inference);
         }
-        let (hidden, pooler) = self
-            .weights
-            .backbone
-            .forward_pooled(batch, modes.contains(&PoolingMode::Pooler))
-            .map_err(Error::inference)?;
+        let (hidden, pooler) =
+            backbone.forward_pooled(batch, modes.contains(&PoolingMode::Pooler)).map_err(Error::inference)?;
         let pooler = pooler.map(|t| t.to_vec2::<f32>()).transpose().map_err(Error::inference)?;
-        let summary = if batch.is_image() { self.weights.backbone.summary_tokens() } else { 0 };
+        let summary = if batch.is_image() { backbone.summary_tokens() } else { 0 };
         let sequences = pooling::Sequences { bounds: batch.bounds, skips, summary, lasts };
         pooling::pool(&hidden, self.hidden_size, sequences, modes, pooler.as_deref())
             .map_err(Error::Inference)
@@ -706,7 +734,8 @@ impl Pipeline {
             Some(pad) => rows.iter().map(|r| last_non_padding(&r.ids, pad)).collect(),
             None => Vec::new(),
         };
-        let pooled = self.pool_batch(&packed.batch(), &packed.skips, &[classifier.pooling()], &lasts)?;
+        let pooled =
+            self.pool_batch(&packed.batch(), &packed.skips, &[classifier.pooling()], &lasts, self.weights.backbone.as_ref())?;
         Ok(classifier.logits(&pooled))
     }
 }

@@ -144,6 +144,22 @@ impl Pipeline {
         }
     }
 
+    /// The LoRA task a call with `prompt_name` (else the default prompt) names, if any.
+    pub(super) fn adapter_of(&self, prompt_name: Option<&str>) -> Option<&super::Adapted> {
+        let adapters = &self.weights.adapters;
+        if adapters.is_empty() {
+            return None;
+        }
+        let default = self.info.default_prompt.as_deref();
+        let name = prompt_name.or(default).filter(|n| !n.is_empty())?;
+        crate::lora::pick(adapters, name, |a| a.name.as_str())
+    }
+
+    /// The backbone a call with `prompt_name` runs: its LoRA task's copy, else the base.
+    pub(super) fn backbone_of(&self, prompt_name: Option<&str>) -> &dyn crate::models::Model {
+        self.adapter_of(prompt_name).map_or(self.weights.backbone.as_ref(), |a| a.backbone.as_ref())
+    }
+
     /// Whether `name` is one of the model's routes (a name the prompt argument may give
     /// that need not be a prompt).
     pub(super) fn is_route(&self, name: &str) -> bool {

@@ -218,7 +218,7 @@ impl Pipeline {
                 let Some(sae) = self.weights.sae.as_ref() else {
                     return Err(Error::Inference("the sparse model has no sparse autoencoder".into()));
                 };
-                let mut embedded = self.apply_heads(self.forward_pooled(rows, pooling)?, None)?;
+                let mut embedded = self.apply_heads(self.forward_pooled(rows, pooling, self.weights.backbone.as_ref())?, None)?;
                 if *normalize {
                     crate::pooling::l2_normalize(&mut embedded);
                 }
