@@ -19,7 +19,8 @@ Nothing is downloaded.  The script
    ``position_embedding_type: rotary``, ``lora_adaptations``, ``lora_rank``, ``lora_alpha``; the
    weights under ``roberta.`` with jinaai's names (``emb_ln``, ``mixer.Wqkv``, ``norm1``, ...)
    and torch parametrizations: ``<module>.parametrizations.weight.original`` plus
-   ``<module>.parametrizations.weight.0.lora_A`` / ``lora_B`` stacked over the tasks). The
+   ``<module>.parametrizations.weight.0.lora_A`` / ``lora_B`` stacked over the tasks; modules.json
+   names jinaai's ``custom_st.Transformer`` as its first module, as the Hub repository does). The
    separate q/k/v adapters become one rank-12 adapter of the fused Wqkv (A stacked, B block
    diagonal), the others are padded with zeros to rank 12, and lora_alpha is 24, so each task's
    delta is the PEFT one: the golden values are shared (checked in numpy here);
@@ -99,6 +100,7 @@ def adapters(base_dir: str, out_dir: str):
         # What peft writes for a local base: no machine path in the fixture.
         cfg = read_json(os.path.join(target, "adapter_config.json"))
         cfg["base_model_name_or_path"] = "jina_v3_embed"
+        cfg["target_modules"] = sorted(cfg["target_modules"])  # a set in peft: its order varies by run
         write_json(os.path.join(target, "adapter_config.json"), cfg)
         readme = os.path.join(target, "README.md")
         if os.path.exists(readme):
@@ -236,6 +238,10 @@ def original_layout(peft_dir: str, out_dir: str, lora):
         "vocab_size": cfg["vocab_size"],
     }
     write_json(os.path.join(out_dir, "config.json"), config)
+    # jinaai's modules.json names its own Transformer module (Hub code choosing the task).
+    modules = read_json(os.path.join(out_dir, "modules.json"))
+    modules[0] = {"idx": 0, "name": "transformer", "path": "", "type": "custom_st.Transformer", "kwargs": ["task"]}
+    write_json(os.path.join(out_dir, "modules.json"), modules)
 
 
 def main() -> None:
@@ -244,9 +250,12 @@ def main() -> None:
     args = ap.parse_args()
     torch.manual_seed(0)
     out = os.path.abspath(args.out)
-    if os.path.exists(out):
-        shutil.rmtree(out)
-    os.makedirs(out)
+    # Everything is rewritten but the README.
+    os.makedirs(out, exist_ok=True)
+    for entry in os.listdir(out):
+        path = os.path.join(out, entry)
+        if entry != "README.md":
+            shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
     peft_dir = os.path.join(out, "jina_v3_peft")
     shutil.copytree(BASE, peft_dir)
     lora = adapters(peft_dir, peft_dir)

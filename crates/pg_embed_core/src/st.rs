@@ -99,6 +99,17 @@ fn kind_of_class(class: &str) -> Option<Kind> {
     MODULES.iter().find(|(path, _)| path.rsplit('.').next() == Some(name)).map(|(_, kind)| *kind)
 }
 
+/// jinaai's jina-embeddings-v3 names its Transformer module `custom_st.Transformer` (Hub code
+/// that picks a LoRA task per call): read as the Transformer where the module's config.json
+/// is jinaai's original layout (`lora_adaptations`), whose tasks `crate::lora` computes.
+fn jina_custom(dir: &Path, module: &ModuleEntry) -> Option<Kind> {
+    if module.kind != "custom_st.Transformer" {
+        return None;
+    }
+    let config: serde_json::Value = read_json_opt(&dir.join(&module.path).join("config.json")).ok().flatten()?;
+    config.get("lora_adaptations").is_some().then_some(Kind::Transformer)
+}
+
 /// The module sequences pg_embed computes.
 const SUPPORTED_ORDERS: &str = "Transformer, then Pooling, Dense..., Normalize; StaticEmbedding, then \
      Dense..., Normalize; either with one Router (or Asym) of Dense modules per route among the Dense \
@@ -485,7 +496,7 @@ impl Layout {
             prompts: read_json_opt(&dir.join("config_sentence_transformers.json"))?.unwrap_or_default(),
             ..empty(Encoder::Transformer)
         };
-        let kind_of = |module: &ModuleEntry| kind_of_class(&module.kind);
+        let kind_of = |module: &ModuleEntry| kind_of_class(&module.kind).or_else(|| jina_custom(dir, module));
         if let [only] = modules.as_slice() {
             if kind_of(only) == Some(Kind::Router) {
                 layout.read_router(&safe_join(dir, &only.path, &modules_path)?)?;
