@@ -26,7 +26,7 @@ import check_docker as cd  # noqa: E402
 # What the checker reads (and the Dockerfile copies).
 COPY_FILES = [
     "Cargo.toml", "Cargo.lock", "pg_embed.control", "build.rs", ".dockerignore", "bench/pipeline.rs", "bench/matmul.rs",
-    "bench/images.rs", "bench/peak.rs", "bench/long.rs", "bench/maxsim.rs", "bench/rerank.rs",
+    "bench/images.rs", "bench/peak.rs", "bench/long.rs", "bench/maxsim.rs", "bench/rerank.rs", "bench/multivector.rs",
     "crates/pg_embed_core/Cargo.toml",
 ]
 COPY_DIRS = ["src", "sql", "docker", "crates/pg_embed_core/src"]
@@ -132,7 +132,7 @@ class Mutations(unittest.TestCase):
         self.assertFails({"dockerfile.crate-paths"}, "crates/pg_embed_core/Cargo.toml (the manifest of crates/pg_embed_core) is not copied")
 
     def test_examples_not_copied(self):
-        self.edit(cd.DOCKERFILE, "COPY bench/pipeline.rs bench/matmul.rs bench/images.rs bench/peak.rs bench/long.rs bench/maxsim.rs bench/rerank.rs ./bench/\n", "")
+        self.edit(cd.DOCKERFILE, "COPY bench/pipeline.rs bench/matmul.rs bench/images.rs bench/peak.rs bench/long.rs bench/maxsim.rs bench/rerank.rs bench/multivector.rs ./bench/\n", "")
         self.assertFails({"dockerfile.crate-paths"}, "bench/pipeline.rs ([[example]] bench_pipeline of crates/pg_embed_core) is not copied")
 
     def test_sql_not_copied(self):

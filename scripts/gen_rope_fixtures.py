@@ -30,6 +30,7 @@ import sys
 sys.dont_write_bytecode = True  # the generators are imported from scripts/: no __pycache__ there
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fixturelib.common import chmod_tree, dir_size, offline, render, write_golden  # noqa: E402
+from fixturelib.common import randomize as common_randomize  # noqa: E402
 
 offline()
 os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
@@ -154,24 +155,8 @@ MODEL_CLASSES = {"qwen3": "Qwen3Model", "llama": "LlamaModel", "gemma3": "Gemma3
 
 def randomize(model, seed):
     """Linear and Embedding ~ N(0, 0.2); LayerNorm and RMSNorm weight 1 + N(0, 0.2), bias N(0, 0.2);
-    Gemma 3's RMSNorm, which scales by (1 + weight), weight N(0, 0.2). Parameters in sorted name order."""
-    import torch
-    from torch import nn
-
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for pname, p in sorted(model.named_parameters(), key=lambda kv: kv[0]):
-            owner = model.get_submodule(pname.rsplit(".", 1)[0]) if "." in pname else model
-            kind = type(owner).__name__
-            if isinstance(owner, (nn.Linear, nn.Embedding)):
-                p.copy_(torch.randn(p.shape, generator=g) * INIT_STD)
-            elif kind == "Gemma3RMSNorm":
-                p.copy_(torch.randn(p.shape, generator=g) * NORM_STD)
-            elif isinstance(owner, nn.LayerNorm) or kind.endswith(("LayerNorm", "RMSNorm")):
-                base = 1.0 if pname.endswith(".weight") else 0.0
-                p.copy_(base + torch.randn(p.shape, generator=g) * NORM_STD)
-            else:
-                raise SystemExit(f"unexpected parameter {pname} in {kind}")
+    Gemma 3's RMSNorm, which scales by (1 + weight), weight N(0, 0.2)."""
+    common_randomize(model, seed, INIT_STD, NORM_STD, one_plus_norms=("Gemma3RMSNorm",))
 
 
 def build(family, seed, rope, max_positions):

@@ -279,7 +279,7 @@ pub fn file_digests(row: &catalog::ModelRow) -> Result<Vec<(String, String)>> {
 /// files cannot be read now needs none), and what the other databases noted of theirs (see
 /// `Store::needed_server_wide`).
 pub fn needed_keys(store: &Store) -> Result<BTreeSet<String>> {
-    let own = catalog::all_rows()?.iter().filter_map(|row| key_of(store, row).ok()).collect();
+    let own = catalog::all_rows()?.iter().filter_map(|(_, row)| key_of(store, row).ok()).collect();
     let databases = catalog::database_oids()?;
     store.needed_server_wide(this_database(), &own, &databases)
 }

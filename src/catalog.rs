@@ -76,12 +76,12 @@ fn model_row(name: &str, (source, options, revision, commit, files, again): Colu
     Ok(ModelRow { source, options: options.0, revision, pin, needs_registration: again })
 }
 
-/// Every registration (rows that do not parse are left out).
-pub fn all_rows() -> Result<Vec<ModelRow>> {
+/// Every registration by name, in name order (rows that do not parse are left out).
+pub fn all_rows() -> Result<Vec<(String, ModelRow)>> {
     let rows = Spi::connect(|client| {
         let table = client.select(
             "SELECT name, source, options, revision, resolved_revision, file_sha256, \
-             pg_catalog.to_jsonb(m) OPERATOR(pg_catalog.->>) 'needs_registration' FROM embed.models m",
+             pg_catalog.to_jsonb(m) OPERATOR(pg_catalog.->>) 'needs_registration' FROM embed.models m ORDER BY name",
             None,
             &[],
         )?;
@@ -94,7 +94,7 @@ pub fn all_rows() -> Result<Vec<ModelRow>> {
         Ok::<_, pgrx::spi::SpiError>(rows)
     })
     .map_err(spi_err)?;
-    Ok(rows.into_iter().filter_map(|(name, columns)| model_row(&name, columns).ok()).collect())
+    Ok(rows.into_iter().filter_map(|(name, columns)| model_row(&name, columns).ok().map(|row| (name, row))).collect())
 }
 
 /// Inserts or replaces a registration; returns its new revision.
@@ -170,18 +170,6 @@ pub fn mark_register_again(name: &str, reason: &str) -> Result<()> {
         &[name.into(), reason.into()],
     )
     .map_err(spi_err)
-}
-
-/// Every registration's name with its row.
-pub fn all_named_rows() -> Result<Vec<(String, ModelRow)>> {
-    let names = Spi::connect(|client| {
-        client
-            .select("SELECT name FROM embed.models ORDER BY name", None, &[])?
-            .map(|row| row.get::<String>(1).map(Option::unwrap_or_default))
-            .collect::<std::result::Result<Vec<_>, _>>()
-    })
-    .map_err(spi_err)?;
-    names.into_iter().map(|n| lookup(&n).map(|row| (n, row))).collect()
 }
 
 /// Deletes a registration; false if there was none.

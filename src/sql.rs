@@ -457,7 +457,7 @@ mod embed {
     #[pg_extern(volatile, parallel_unsafe, name = "_mark_changed_registrations")]
     fn mark_changed_registrations() -> i32 {
         let mut marked = 0;
-        for (name, row) in catalog::all_named_rows().or_raise() {
+        for (name, row) in catalog::all_rows().or_raise() {
             let reason = Options::from_json(&row.options).and_then(|options| {
                 Ok(pg_embed_core::changes::since_0_6(&cache::folder_of(&row)?, &options))
             });

@@ -115,3 +115,27 @@ def chmod_tree(path: str) -> None:
             os.chmod(os.path.join(root, d), 0o755)
         for fn in files:
             os.chmod(os.path.join(root, fn), 0o644)
+
+
+def randomize(model, seed: int, init_std: float, norm_std: float, one_plus_norms: tuple = ()) -> None:
+    """Seeded weights for a tiny model: Linear and Embedding ~ N(0, init_std); LayerNorm and
+    RMSNorm weight 1 + N(0, norm_std), bias N(0, norm_std); a norm class named in
+    ``one_plus_norms`` (Gemma's, which scale by 1 + weight) N(0, norm_std). Parameters in
+    sorted name order; any other parameter kind stops the generator."""
+    import torch
+    from torch import nn
+
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for pname, p in sorted(model.named_parameters(), key=lambda kv: kv[0]):
+            owner = model.get_submodule(pname.rsplit(".", 1)[0]) if "." in pname else model
+            kind = type(owner).__name__
+            if isinstance(owner, (nn.Linear, nn.Embedding)):
+                p.copy_(torch.randn(p.shape, generator=g) * init_std)
+            elif kind in one_plus_norms:
+                p.copy_(torch.randn(p.shape, generator=g) * norm_std)
+            elif isinstance(owner, nn.LayerNorm) or kind.endswith(("LayerNorm", "RMSNorm")):
+                base = 1.0 if pname.endswith(".weight") else 0.0
+                p.copy_(base + torch.randn(p.shape, generator=g) * norm_std)
+            else:
+                raise SystemExit(f"unexpected parameter {pname} in {kind}")

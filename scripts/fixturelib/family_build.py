@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from fixturelib import common
 from fixturelib.common import read_json, write_json
 
 from fixturelib.family_spec import (BGE_GEMMA2_PROMPTS, CAMEMBERT_SPECIALS, E5_MISTRAL_PROMPTS,
@@ -165,24 +166,8 @@ def eurobert_config(v, **kw):
 def randomize(model, seed):
     """gen_decoder_fixtures' randomize for these families: Linear and Embedding ~ N(0, 0.5);
     LayerNorm and RMSNorm weight 1 + N(0, 0.2), bias N(0, 0.2); Gemma 2's RMSNorm, which scales by
-    (1 + weight), weight N(0, 0.2). Parameters in sorted name order."""
-    import torch
-    from torch import nn
-
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for pname, p in sorted(model.named_parameters(), key=lambda kv: kv[0]):
-            owner = model.get_submodule(pname.rsplit(".", 1)[0]) if "." in pname else model
-            kind = type(owner).__name__
-            if isinstance(owner, (nn.Linear, nn.Embedding)):
-                p.copy_(torch.randn(p.shape, generator=g) * INIT_STD)
-            elif kind == "Gemma2RMSNorm":
-                p.copy_(torch.randn(p.shape, generator=g) * NORM_STD)
-            elif isinstance(owner, nn.LayerNorm) or kind.endswith(("LayerNorm", "RMSNorm")):
-                base = 1.0 if pname.endswith(".weight") else 0.0
-                p.copy_(base + torch.randn(p.shape, generator=g) * NORM_STD)
-            else:
-                raise SystemExit(f"unexpected parameter {pname} in {kind}")
+    (1 + weight), weight N(0, 0.2)."""
+    common.randomize(model, seed, INIT_STD, NORM_STD, one_plus_norms=("Gemma2RMSNorm",))
 
 
 def new_model(cls, config, seed):

@@ -35,14 +35,6 @@ fn load(name: &str, options: Value) -> pg_embed_core::error::Result<Pipeline> {
     Pipeline::load(&dir(name), &Options::from_json(&options)?)
 }
 
-fn texts(g: &Value, key: &str) -> Vec<String> {
-    serde_json::from_value(g[key].clone()).unwrap()
-}
-
-fn multi(p: &Pipeline, texts: &[&str], side: Option<&str>) -> Vec<MultiVector> {
-    p.embed_multi(texts, side, usize::MAX, 2, || Ok(())).unwrap()
-}
-
 /// The rows of `got` against the reference's [tokens][dim]; the largest difference.
 fn check_rows(got: &MultiVector, want: &Value, what: &str) -> f32 {
     let want: Vec<Vec<f32>> = serde_json::from_value(want.clone()).unwrap();
@@ -302,33 +294,14 @@ fn wrong_calls_name_the_right_one() {
     assert!(matches!(err, Error::InvalidOptions(_)), "{err}");
 }
 
-fn no_interrupt() -> pg_embed_core::error::Result<()> {
-    Ok(())
-}
-
 /// The token heads travel in the shared prepared file: a second load maps the file the
 /// first one wrote and gives the same token vectors and lexical weights, bit for bit.
 #[test]
 fn token_heads_are_shared_through_the_prepared_file() {
-    use pg_embed_core::pipeline::Share;
-    use pg_embed_core::prepared::Store;
-    let tmp = tempdir("prepared");
-    let store = Store::open(&tmp).unwrap();
-    let repo = root().canonicalize().unwrap();
     let texts = ["Hello, world! (a test) -- yes?", "data", ""];
     for name in ["colbert", "colbert_attend", "bge_m3"] {
-        let d = dir(name).canonicalize().unwrap();
-        let private = Pipeline::load(&d, &Options::default()).unwrap();
-        let load = || {
-            let share = Share { store: &store, files: None, model: name, source: name, interrupt: &no_interrupt };
-            Pipeline::load_shared(&repo, &d, &Options::default(), Some(&share)).unwrap()
-        };
-        let built = load();
-        if let Some(writing) = &built.sharing().writing {
-            writing.wait().clone().unwrap();
-        }
-        let mapped = load();
-        assert!(mapped.sharing().file.is_some() && !mapped.sharing().built(), "{name}: mapped from the file");
+        let private = Pipeline::load(&dir(name), &Options::default()).unwrap();
+        let (_, mapped) = built_and_mapped(&format!("late_{name}"), &dir(name), &Options::default());
         for side in [Some("query"), None] {
             let want = multi(&private, &texts, side);
             assert_eq!(multi(&mapped, &texts, side), want, "{name} {side:?}");
@@ -339,7 +312,6 @@ fn token_heads_are_shared_through_the_prepared_file() {
         }
         assert_eq!(mapped.info().parameters, private.info().parameters, "{name}");
     }
-    let _ = std::fs::remove_dir_all(&tmp);
 }
 
 /// A document whose every token is in the skiplist (here the special tokens too, as a

@@ -208,30 +208,10 @@ fn a_delta_the_backbone_does_not_read_is_refused() {
 /// the load that built it computed, bit for bit.
 #[test]
 fn the_tasks_are_shared_through_the_prepared_file() {
-    use pg_embed_core::pipeline::Share;
-    use pg_embed_core::prepared::Store;
-    let tmp = std::env::temp_dir().join(format!("pg_embed_lora_prepared_{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&tmp);
-    std::fs::create_dir_all(&tmp).unwrap();
-    let store = Store::open(&tmp).unwrap();
-    let repo = root().canonicalize().unwrap();
-    fn no_interrupt() -> pg_embed_core::error::Result<()> {
-        Ok(())
-    }
     let g = golden();
     let texts: Vec<&str> = g.fixtures["jina_v3_peft"].cases.iter().map(|c| c.text.as_str()).collect();
     for name in ["jina_v3_peft", "jina_v3_original"] {
-        let d = dir().join(name).canonicalize().unwrap();
-        let shared = || {
-            let share = Share { store: &store, files: None, model: name, source: name, interrupt: &no_interrupt };
-            Pipeline::load_shared(&repo, &d, &Options::default(), Some(&share)).unwrap()
-        };
-        let built = shared();
-        if let Some(writing) = &built.sharing().writing {
-            writing.wait().clone().unwrap();
-        }
-        let mapped = shared();
-        assert!(mapped.sharing().file.is_some() && !mapped.sharing().built(), "{name}: mapped from the file");
+        let (built, mapped) = built_and_mapped(&format!("lora_{name}"), &dir().join(name), &Options::default());
         for task in [None, Some("retrieval.passage"), Some("text_matching")] {
             assert_eq!(
                 mapped.embed_with_prompt(&texts, task).unwrap(),
@@ -240,7 +220,6 @@ fn the_tasks_are_shared_through_the_prepared_file() {
             );
         }
     }
-    let _ = std::fs::remove_dir_all(&tmp);
 }
 
 /// `precision: "bfloat16"`: each task's merged copy is packed in bfloat16 as the base is, and

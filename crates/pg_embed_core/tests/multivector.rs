@@ -34,14 +34,6 @@ fn load(path: &Path) -> pg_embed_core::error::Result<Pipeline> {
     Pipeline::load(path, &Options::default())
 }
 
-fn texts(g: &Value, key: &str) -> Vec<String> {
-    serde_json::from_value(g[key].clone()).unwrap()
-}
-
-fn multi(p: &Pipeline, texts: &[&str], side: Option<&str>) -> Vec<MultiVector> {
-    p.embed_multi(texts, side, usize::MAX, 2, || Ok(())).unwrap()
-}
-
 /// The rows of `got` against the reference's [tokens][dim]: each value within
 /// 1e-4 x max(1, |v|), each row's cosine at least 0.99999. The largest difference.
 fn check_rows(got: &MultiVector, want: &Value, what: &str) -> f32 {
@@ -238,30 +230,13 @@ fn native_layouts_pg_embed_does_not_compute_are_refused_by_name() {
 /// backbone's own file).
 #[test]
 fn multi_vector_heads_are_shared_through_the_prepared_file() {
-    use pg_embed_core::pipeline::Share;
-    use pg_embed_core::prepared::Store;
-    let tmp = tempdir("prepared");
-    let store = Store::open(&tmp).unwrap();
-    let repo = root().canonicalize().unwrap();
     let texts = ["Hello, world! (a test) -- yes?", "data", ""];
-    let no_interrupt = || Ok(());
     for name in ["mve_min", "stanford"] {
-        let d = dir(name).canonicalize().unwrap();
-        let private = load(&d).unwrap();
-        let load_shared = || {
-            let share = Share { store: &store, files: None, model: name, source: name, interrupt: &no_interrupt };
-            Pipeline::load_shared(&repo, &d, &Options::default(), Some(&share)).unwrap()
-        };
-        let built = load_shared();
-        if let Some(writing) = &built.sharing().writing {
-            writing.wait().clone().unwrap();
-        }
-        let mapped = load_shared();
-        assert!(mapped.sharing().file.is_some() && !mapped.sharing().built(), "{name}: mapped from the file");
+        let private = load(&dir(name)).unwrap();
+        let (_, mapped) = built_and_mapped(&format!("mv_{name}"), &dir(name), &Options::default());
         for side in [Some("query"), None] {
             assert_eq!(multi(&mapped, &texts, side), multi(&private, &texts, side), "{name} {side:?}");
         }
         assert_eq!(mapped.info().parameters, private.info().parameters, "{name}");
     }
-    let _ = std::fs::remove_dir_all(&tmp);
 }

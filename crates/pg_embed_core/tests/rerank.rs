@@ -245,33 +245,12 @@ fn half_present_layouts_are_refused() {
 /// scores as the private load does, bit for bit.
 #[test]
 fn the_score_head_is_shared_through_the_prepared_file() {
-    use pg_embed_core::pipeline::Share;
-    use pg_embed_core::prepared::Store;
-    let tmp = std::env::temp_dir().join(format!("pg_embed_rerank_prepared_{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&tmp);
-    std::fs::create_dir_all(&tmp).unwrap();
-    let store = Store::open(&tmp).unwrap();
-    let repo = root().canonicalize().unwrap();
     let g = golden();
-    fn no_interrupt() -> pg_embed_core::error::Result<()> {
-        Ok(())
-    }
     for name in NAMES {
-        let d = dir().join(name).canonicalize().unwrap();
         let pairs: Vec<(&str, Option<&str>)> =
             g.fixtures[name].cases.iter().map(|c| (c.query.as_str(), Some(c.document.as_str()))).collect();
         let want = load(name).classify(&pairs).unwrap();
-        let shared = || {
-            let share = Share { store: &store, files: None, model: name, source: name, interrupt: &no_interrupt };
-            Pipeline::load_shared(&repo, &d, &Options::default(), Some(&share)).unwrap()
-        };
-        let built = shared();
-        if let Some(writing) = &built.sharing().writing {
-            writing.wait().clone().unwrap();
-        }
-        let mapped = shared();
-        assert!(mapped.sharing().file.is_some() && !mapped.sharing().built(), "{name}: mapped from the file");
+        let (_, mapped) = built_and_mapped(&format!("rerank_{name}"), &dir().join(name), &Options::default());
         assert_eq!(mapped.classify(&pairs).unwrap(), want, "{name}");
     }
-    let _ = std::fs::remove_dir_all(&tmp);
 }

@@ -245,3 +245,39 @@ pub fn model_dirs() -> Vec<PathBuf> {
     dirs.push(root().join("models/all-MiniLM-L6-v2"));
     dirs
 }
+
+/// `dir` loaded twice through a prepared-weights directory of its own (`tag` names it): the
+/// load that builds the shared file (its background write waited for) and a second one,
+/// checked to map that file. The directory is removed before returning (the mapping stays).
+pub fn built_and_mapped(tag: &str, dir: &Path, options: &Options) -> (Pipeline, Pipeline) {
+    use pg_embed_core::pipeline::Share;
+    use pg_embed_core::prepared::Store;
+    let tmp = std::env::temp_dir().join(format!("pg_embed_prepared_{tag}_{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).unwrap();
+    let store = Store::open(&tmp).unwrap();
+    let (repo, dir) = (root().canonicalize().unwrap(), dir.canonicalize().unwrap());
+    let no_interrupt = || Ok(());
+    let load = || {
+        let share = Share { store: &store, files: None, model: tag, source: tag, interrupt: &no_interrupt };
+        Pipeline::load_shared(&repo, &dir, options, Some(&share)).unwrap_or_else(|e| panic!("{tag}: {e}"))
+    };
+    let built = load();
+    if let Some(writing) = &built.sharing().writing {
+        writing.wait().clone().unwrap();
+    }
+    let mapped = load();
+    assert!(mapped.sharing().file.is_some() && !mapped.sharing().built(), "{tag}: mapped from the file");
+    let _ = std::fs::remove_dir_all(&tmp);
+    (built, mapped)
+}
+
+/// The list of strings under `key` of a golden file.
+pub fn texts(g: &serde_json::Value, key: &str) -> Vec<String> {
+    serde_json::from_value(g[key].clone()).unwrap()
+}
+
+/// Token vectors of `texts` on `side` (`embed_multi`), as one batch on two threads.
+pub fn multi(p: &Pipeline, texts: &[&str], side: Option<&str>) -> Vec<pg_embed_core::late::MultiVector> {
+    p.embed_multi(texts, side, usize::MAX, 2, || Ok(())).unwrap()
+}
