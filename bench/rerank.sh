@@ -11,6 +11,10 @@
 #
 #   bench/rerank.sh [threads]        (default 2)
 #
+# RERANK_REPEATS (default 2): pg_embed's runs, the best kept; RERANK_BATCHES (default "8 16"):
+# the CrossEncoder batch sizes tried, the best kept. At the real depth on 2 AVX2 cores one
+# PyTorch pass takes about half an hour: RERANK_REPEATS=1 RERANK_BATCHES=8 keeps it to one each.
+#
 # The model (2.4 GB of float32) is generated once (seeded) into $MODEL_DIR/bench-qwen3-reranker-shape;
 # PG_EMBED_BENCH_LAYERS=2 makes a 2-layer model instead (a smoke run, in its own folder).
 set -euo pipefail
@@ -38,22 +42,22 @@ PG_EMBED_BENCH_LAYERS="$LAYERS" "$BENCH_VENV/bin/python" "$BENCH/rerank_data.py"
 
 step "pg_embed pipeline from Rust, bfloat16 ($THREADS threads)"
 (cd "$REPO" && BENCH_OPTIONS='{"precision": "bfloat16"}' cargo run -q --release -p pg_embed_core --example bench_rerank -- \
-    "$DATA" "$THREADS") >"$RUNS/rust.json"
+    "$DATA" "$THREADS" 8192 "${RERANK_REPEATS:-2}") >"$RUNS/rust.json"
 
 step "sentence-transformers CrossEncoder.predict under bfloat16 autocast ($THREADS threads)"
-"$BENCH_VENV/bin/python" - "$DATA" "$THREADS" >"$RUNS/torch.json" <<'PY'
+"$BENCH_VENV/bin/python" - "$DATA" "$THREADS" "${RERANK_BATCHES:-8 16}" >"$RUNS/torch.json" <<'PY'
 import json, sys, time
 import torch
 from sentence_transformers import CrossEncoder
 
-data, threads = sys.argv[1], int(sys.argv[2])
+data, threads, batches = sys.argv[1], int(sys.argv[2]), [int(b) for b in sys.argv[3].split()]
 torch.set_num_threads(threads)
 pairs = [tuple(p) for p in json.load(open(f"{data}/pairs.json"))]
 t0 = time.perf_counter()
 ce = CrossEncoder(data, device="cpu")
 load_ms = (time.perf_counter() - t0) * 1000
 best, scores = float("inf"), None
-for batch_size in (8, 16):
+for batch_size in batches:
     with torch.autocast("cpu", dtype=torch.bfloat16):
         t = time.perf_counter()
         s = ce.predict(pairs, batch_size=batch_size, activation_fn=torch.nn.Identity(), convert_to_numpy=True)
