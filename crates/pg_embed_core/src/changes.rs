@@ -27,7 +27,21 @@ pub fn since_0_6(dir: &Path, options: &Options) -> Option<String> {
                 .into(),
         );
     }
+    if let Some(tasks) = peft_tasks(dir) {
+        return Some(format!(
+            "pg_embed 0.6 ignored this folder's LoRA task adapters ({tasks}) and computed the base model for every \
+             prompt name; this version computes the adapter a call's task names (embed's third argument, the prompt option)"
+        ));
+    }
     None
+}
+
+/// The PEFT LoRA adapter folders beside the backbone (jina-embeddings-v3-hf's tasks), by
+/// name; None when there are none.
+fn peft_tasks(dir: &Path) -> Option<String> {
+    let bdir = crate::st::Layout::read(dir).map_or_else(|_| dir.to_path_buf(), |l| l.backbone_dir);
+    let folders = crate::lora::folders::peft_folders(&bdir).ok().filter(|f| !f.is_empty())?;
+    Some(folders.into_iter().map(|(name, _)| name).collect::<Vec<_>>().join(", "))
 }
 
 /// The Stanford ColBERT layout (colbert-ir): config.json names the `HF_ColBERT`
@@ -78,6 +92,10 @@ mod tests {
         assert!(since_0_6(&metadata, &none).is_some());
         let m3 = folder("m3", &[("config.json", "{}"), ("colbert_linear.pt", ""), ("sparse_linear.pt", "")]);
         assert!(since_0_6(&m3, &none).unwrap().contains("[CLS]"));
+        let peft = folder("peft", &[("config.json", "{}")]);
+        std::fs::create_dir_all(peft.join("retrieval_query")).unwrap();
+        std::fs::write(peft.join("retrieval_query/adapter_config.json"), "{}").unwrap();
+        assert!(since_0_6(&peft, &none).unwrap().contains("LoRA task adapters (retrieval_query)"));
         // Options that chose the pooling keep what 0.6 computed with them.
         let mean = Options::from_json(&serde_json::json!({"pooling": "mean"})).unwrap();
         assert_eq!(since_0_6(&m3, &mean), None);

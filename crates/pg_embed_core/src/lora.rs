@@ -42,11 +42,13 @@ pub struct Layout {
     pub kind: &'static str,
 }
 
-/// One task's merged deltas, by the name of the weight they change.
+/// One task's low-rank factors, by the name of the weight they change: each delta is
+/// computed when its weight is read (a full-size delta per weight, one at a time, never all
+/// of a task's at once: an embedding table's alone is as large as the table).
 pub struct Task {
     /// The adapter's folder name (PEFT) or jinaai's task name (original).
     pub name: String,
-    deltas: BTreeMap<String, Tensor>,
+    deltas: BTreeMap<String, Factors>,
     /// The deltas a backbone built with this task read.
     used: Mutex<BTreeSet<String>>,
 }
@@ -124,10 +126,31 @@ impl Layout {
     }
 }
 
+/// A delta as its low-rank factors: scaling * left @ right, transposed for a PEFT embedding.
+struct Factors {
+    left: Tensor,
+    right: Tensor,
+    scaling: f64,
+    transposed: bool,
+}
+
+impl Factors {
+    /// The delta's [rows, columns], in the weight's orientation.
+    fn dims(&self) -> [usize; 2] {
+        let (rows, cols) = (self.left.dims()[0], self.right.dims()[1]);
+        if self.transposed { [cols, rows] } else { [rows, cols] }
+    }
+
+    fn delta(&self) -> candle_core::Result<Tensor> {
+        let d = self.left.matmul(&self.right)?.affine(self.scaling, 0.0)?;
+        if self.transposed { d.t()?.contiguous() } else { Ok(d) }
+    }
+}
+
 impl Task {
     /// Elements the deltas change.
     pub fn changed(&self) -> usize {
-        self.deltas.values().map(Tensor::elem_count).sum()
+        self.deltas.values().map(|f| f.dims().iter().product::<usize>()).sum()
     }
 
     /// The delta of weight `name` as the loader names it: under that name, or jinaai's
@@ -140,9 +163,9 @@ impl Task {
             }
         }
         for c in &candidates {
-            if let Some(d) = self.deltas.get(c) {
+            if let Some(f) = self.deltas.get(c) {
                 self.mark(c);
-                return Ok(Some(d.clone()));
+                return f.delta().map(Some);
             }
         }
         // jinaai's names of transformers' JinaEmbeddingsV3 modules.
@@ -156,28 +179,26 @@ impl Task {
                 if !parts.iter().any(|p| self.deltas.contains_key(p)) {
                     return Ok(None);
                 }
-                let shape = parts.iter().find_map(|p| self.deltas.get(p)).map(|d| d.dims().to_vec()).unwrap_or_default();
+                let shape = parts.iter().find_map(|p| self.deltas.get(p)).map(Factors::dims).unwrap_or_default();
                 let rows = parts
                     .iter()
                     .map(|p| {
                         self.mark(p);
-                        self.deltas.get(p).cloned().map_or_else(|| Tensor::zeros(shape.as_slice(), DType::F32, &Device::Cpu), Ok)
+                        self.deltas.get(p).map_or_else(|| Tensor::zeros(shape.as_slice(), DType::F32, &Device::Cpu), Factors::delta)
                     })
                     .collect::<candle_core::Result<Vec<_>>>()?;
                 Ok(Some(Tensor::cat(&rows, 0)?))
             }
-            "mixer.out_proj.weight" => Ok(self.take(&renamed("self_attn.o_proj"))),
-            "mlp.fc1.weight" | "mlp.fc2.weight" => Ok(self.take(&renamed(&module[..module.len() - ".weight".len()]))),
+            "mixer.out_proj.weight" => self.take(&renamed("self_attn.o_proj")),
+            "mlp.fc1.weight" | "mlp.fc2.weight" => self.take(&renamed(&module[..module.len() - ".weight".len()])),
             _ => Ok(None),
         }
     }
 
-    fn take(&self, key: &str) -> Option<Tensor> {
-        let d = self.deltas.get(key).cloned();
-        if d.is_some() {
-            self.mark(key);
-        }
-        d
+    fn take(&self, key: &str) -> candle_core::Result<Option<Tensor>> {
+        let Some(f) = self.deltas.get(key) else { return Ok(None) };
+        self.mark(key);
+        f.delta().map(Some)
     }
 
     fn mark(&self, key: &str) {
@@ -315,16 +336,14 @@ fn peft_task(folder: &Path, name: &str) -> Result<Task> {
         let (Some(a), Some(b)) = (a, b) else {
             return Err(Error::invalid_file(&weights, format!("{module}: lora_A without lora_B or the reverse")));
         };
-        let embedding = a.ends_with("lora_embedding_A");
+        // A [r, in], B [out, r]: the weight [out, in] gains B @ A. An embedding's A [r, rows]
+        // and B [width, r]: the table [rows, width] gains (B @ A)^T.
+        let transposed = a.ends_with("lora_embedding_A");
         let (a, b) = (read(&a)?, read(&b)?);
-        let delta = if embedding {
-            // A [r, rows], B [width, r]: the table [rows, width] gains (B @ A)^T.
-            b.matmul(&a).and_then(|d| d.t()).and_then(|d| d.contiguous())
-        } else {
-            b.matmul(&a)
-        };
-        let delta = delta.and_then(|d| d.affine(scaling, 0.0)).map_err(|e| Error::invalid_file(&weights, format!("{module}: {e}")))?;
-        deltas.insert(format!("{module}.weight"), delta);
+        if a.rank() != 2 || b.rank() != 2 || b.dims()[1] != a.dims()[0] {
+            return Err(Error::invalid_file(&weights, format!("{module}: lora_A {:?} and lora_B {:?} do not multiply", a.dims(), b.dims())));
+        }
+        deltas.insert(format!("{module}.weight"), Factors { left: b, right: a, scaling, transposed });
     }
     Ok(Task { name: name.to_string(), deltas, used: Mutex::default() })
 }
@@ -355,9 +374,11 @@ fn original_task(dir: &Path, config: &serde_json::Value, base: &Tensors, index: 
         let (a, b) = (a.get(index).map_err(bad)?, b.get(index).map_err(bad)?);
         // A linear layer's weight is [out, in]: B @ A. An embedding's table is [rows, width]
         // with A [rows, R] and B [R, width]: A @ B.
-        let product = if module.ends_with("embeddings") { a.matmul(&b) } else { b.matmul(&a) };
-        let delta = product.and_then(|d| d.affine(scaling, 0.0)).map_err(bad)?;
-        deltas.insert(format!("{module}.weight"), delta);
+        let (left, right) = if module.ends_with("embeddings") { (a, b) } else { (b, a) };
+        if left.dims()[1] != right.dims()[0] {
+            return Err(bad(candle_core::Error::Msg(format!("{module}: lora_A and lora_B do not multiply"))));
+        }
+        deltas.insert(format!("{module}.weight"), Factors { left, right, scaling, transposed: false });
     }
     if deltas.is_empty() {
         return Err(Error::invalid_file(
