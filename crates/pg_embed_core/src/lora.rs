@@ -64,7 +64,7 @@ impl Layout {
     /// The LoRA adapters of the backbone folder `dir` (whose config.json is `config`), or
     /// `None` when it has none.
     pub fn find(dir: &Path, config: &serde_json::Value) -> Result<Option<Layout>> {
-        let original = config.get("lora_adaptations").and_then(serde_json::Value::as_array).cloned();
+        let original = folders::original_tasks(config).cloned();
         let peft = peft_folders(dir)?;
         if original.is_some() && !peft.is_empty() {
             return Err(Error::invalid_file(

@@ -107,7 +107,7 @@ fn jina_custom(dir: &Path, module: &ModuleEntry) -> Option<Kind> {
         return None;
     }
     let config: serde_json::Value = read_json_opt(&dir.join(&module.path).join("config.json")).ok().flatten()?;
-    config.get("lora_adaptations").is_some().then_some(Kind::Transformer)
+    crate::lora::folders::original_tasks(&config).is_some().then_some(Kind::Transformer)
 }
 
 /// The module sequences pg_embed computes.

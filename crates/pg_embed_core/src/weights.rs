@@ -26,14 +26,18 @@ use crate::safetensors_io::{read_header, safetensors_shapes};
 /// [`packed_in_bfloat16`]) as bfloat16. The kernels' padding of a weight's outputs to
 /// panels of 32 is not counted (under 1 % for real models).
 pub fn prepared_bytes(dir: &Path, precision: Precision) -> Result<u64> {
-    let backbone = match precision {
-        Precision::Float32 => None,
-        Precision::Bfloat16 => Some(crate::st::Layout::read(dir)?.backbone_dir),
+    // The backbone's folder: where bfloat16 packs the linear weights (an unreadable layout is
+    // an error then), and where LoRA task adapters add a copy of the backbone each.
+    let bdir = match crate::st::Layout::read(dir) {
+        Ok(layout) => Some(layout.backbone_dir),
+        Err(e) if precision == Precision::Bfloat16 => return Err(e),
+        Err(_) => None,
     };
+    let backbone = bdir.as_deref().filter(|_| precision == Precision::Bfloat16);
     let mut total = 0u64;
     for path in crate::files::files_under(dir, |_| Ok(()))? {
         if path.extension().is_some_and(|e| e == "safetensors") {
-            let is_backbone = backbone.as_deref().is_some_and(|b| {
+            let is_backbone = backbone.is_some_and(|b| {
                 path.parent() == Some(b)
                     && path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("model"))
             });
@@ -41,10 +45,10 @@ pub fn prepared_bytes(dir: &Path, precision: Precision) -> Result<u64> {
         }
     }
     // LoRA task adapters: a copy of the backbone per task (`crate::lora`).
-    if let Some(bdir) = crate::st::Layout::read(dir).ok().map(|l| l.backbone_dir) {
-        let tasks = crate::lora::folders::count(&bdir) as u64;
+    if let Some(bdir) = &bdir {
+        let tasks = crate::lora::folders::count(bdir) as u64;
         if tasks > 0 {
-            total = total.saturating_add(tasks.saturating_mul(checkpoint_bytes(&bdir, precision)?));
+            total = total.saturating_add(tasks.saturating_mul(checkpoint_bytes(bdir, precision)?));
         }
     }
     Ok(total)

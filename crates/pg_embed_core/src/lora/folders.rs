@@ -28,11 +28,15 @@ pub fn peft_folders(dir: &Path) -> Result<Vec<(String, PathBuf)>> {
     Ok(found)
 }
 
+/// jinaai's original layout: the task names config.json lists in `lora_adaptations`.
+pub fn original_tasks(config: &serde_json::Value) -> Option<&Vec<serde_json::Value>> {
+    config.get("lora_adaptations").and_then(serde_json::Value::as_array)
+}
+
 /// How many LoRA tasks the backbone folder `dir` has (0 when it has none or cannot be read).
 pub fn count(dir: &Path) -> usize {
-    let original = crate::files::read_json::<serde_json::Value>(&dir.join("config.json"))
-        .ok()
-        .and_then(|c| c.get("lora_adaptations").and_then(serde_json::Value::as_array).map(Vec::len));
+    let config = crate::files::read_json::<serde_json::Value>(&dir.join("config.json")).ok();
+    let original = config.as_ref().and_then(original_tasks).map(Vec::len);
     original.unwrap_or_else(|| peft_folders(dir).map_or(0, |f| f.len()))
 }
 

@@ -390,19 +390,14 @@ pub const ARCHITECTURES: &[Architecture] = &[
 
 /// jinaai's original jina-embeddings-v3 config.json (`model_type` xlm-roberta with
 /// `position_embedding_type` rotary) as transformers' jina_embeddings_v3 config: the
-/// rotary base `rotary_emb_base` under `rope_theta`. `None` for any other config.
-fn jina_original(bytes: &[u8]) -> Option<Vec<u8>> {
-    let mut c: serde_json::Value = serde_json::from_slice(bytes).ok()?;
-    let xlmr = matches!(c.get("model_type").and_then(serde_json::Value::as_str), Some("xlm-roberta" | "XLMRoberta"));
-    if !xlmr || c.get("position_embedding_type").and_then(serde_json::Value::as_str) != Some("rotary") {
-        return None;
+/// rotary base `rotary_emb_base` under `rope_theta`.
+fn jina_original(bytes: &[u8]) -> serde_json::Result<Vec<u8>> {
+    let mut c: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(bytes)?;
+    if let Some(base) = c.get("rotary_emb_base").cloned() {
+        c.entry("rope_theta").or_insert(base);
     }
-    let o = c.as_object_mut()?;
-    if let Some(base) = o.get("rotary_emb_base").cloned() {
-        o.entry("rope_theta").or_insert(base);
-    }
-    o.insert("model_type".into(), "jina_embeddings_v3".into());
-    serde_json::to_vec(&c).ok()
+    c.insert("model_type".into(), "jina_embeddings_v3".into());
+    serde_json::to_vec(&c)
 }
 
 /// The supported `model_type`s, for messages.
@@ -426,6 +421,7 @@ impl BackboneConfig {
         #[derive(Deserialize)]
         struct Tag {
             model_type: Option<String>,
+            position_embedding_type: Option<String>,
         }
         let tag: Tag = serde_json::from_slice(bytes).map_err(|e| Error::invalid_file(path, e))?;
         let mut model_type = tag.model_type.unwrap_or_default();
@@ -433,13 +429,14 @@ impl BackboneConfig {
         // (`rotary_emb_base`), which transformers reads as jina_embeddings_v3; its task
         // adapters are read by `crate::lora`.
         let original_jina;
-        let bytes = match jina_original(bytes) {
-            Some(rewritten) => {
-                model_type = "jina_embeddings_v3".into();
-                original_jina = rewritten;
-                original_jina.as_slice()
-            }
-            None => bytes,
+        let bytes = if matches!(model_type.as_str(), "xlm-roberta" | "XLMRoberta")
+            && tag.position_embedding_type.as_deref() == Some("rotary")
+        {
+            model_type = "jina_embeddings_v3".into();
+            original_jina = jina_original(bytes).map_err(|e| Error::invalid_file(path, e))?;
+            original_jina.as_slice()
+        } else {
+            bytes
         };
         let Some(row) = ARCHITECTURES.iter().find(|a| a.model_type == model_type) else {
             return Err(Error::Unsupported {

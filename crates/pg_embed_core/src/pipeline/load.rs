@@ -412,7 +412,11 @@ fn describe(
         heads: weights.heads.iter().map(Dense::describe).collect(),
         router: outputs.routing.as_ref().zip(weights.routes.as_ref()).map(|(routing, routes)| routing.describe(routes)),
         adapters: {
-            let copy = crate::weights::checkpoint_bytes(folder.bdir(), options.precision.unwrap_or_default()).unwrap_or(0);
+            let copy = if weights.adapters.is_empty() {
+                0
+            } else {
+                crate::weights::checkpoint_bytes(folder.bdir(), options.precision.unwrap_or_default()).unwrap_or(0)
+            };
             weights
                 .adapters
                 .iter()

@@ -335,17 +335,16 @@ impl Pipeline {
             return Ok(None);
         };
         let prompts = &self.text()?.prompts;
+        let task = self.adapter_of(Some(name)).is_some();
         // A LoRA task's name: its prompt under either spelling (`retrieval_query` is
         // jinaai's `retrieval.query`), or none.
-        let task_prompt = || {
-            self.adapter_of(Some(name))
-                .and_then(|_| prompts.iter().find(|(k, _)| crate::lora::same_task(k, name)).map(|(_, p)| p))
-        };
+        let task_prompt =
+            || task.then(|| prompts.iter().find(|(k, _)| crate::lora::same_task(k, name)).map(|(_, p)| p)).flatten();
         match prompts.get(name).or_else(task_prompt) {
             Some(p) if p.text.is_empty() => Ok(None),
             Some(p) => Ok(Some(p)),
             // A route's name (an asymmetric model) need not be a prompt too, nor a task's.
-            None if self.is_route(name) || self.adapter_of(Some(name)).is_some() => Ok(None),
+            None if self.is_route(name) || task => Ok(None),
             None => Err(Error::UnknownPrompt { name: name.into(), known: known_prompts(&self.info.prompts) }),
         }
     }
