@@ -3,11 +3,16 @@
 //! file mapped read-only and shared by every backend (see [`crate::prepared::file`]). The
 //! kernels read it as a plain slice and never know which.
 //!
-//! Serializing a `Shared` (inside [`crate::prepared::file::write`]) records the buffer to be
-//! written in the file's data section and emits only `[offset, length]`; deserializing one
-//! (inside [`crate::prepared::file::Mapped::restore`]) turns `[offset, length]` back into a
-//! slice of the mapping, checked against its bounds and alignment. Outside those two calls
-//! both are an error.
+//! While a model is built into a prepared file (a [`Sink`] is active on the building thread,
+//! see `crate::prepared::arena`), every buffer of at least [`SPILL`] bytes is placed in the
+//! file as soon as it is made, and the `Shared` is a slice of the file's mapping: the
+//! building process holds one tensor's working memory, not a private copy of the model.
+//!
+//! Serializing a `Shared` (into a prepared file, with a sink active) emits only
+//! `[offset, length]` of its place in the file's data section, placing it there first if
+//! it is not yet; deserializing one (inside [`crate::prepared::file::Mapped::restore`])
+//! turns `[offset, length]` back into a slice of the mapping, checked against its bounds
+//! and alignment. Outside those calls both are an error.
 
 use std::cell::RefCell;
 use std::ops::Deref;
@@ -85,32 +90,94 @@ impl<T: Element> Deref for Shared<T> {
 }
 
 impl<T: Element> From<Vec<T>> for Shared<T> {
+    /// The vector itself; with a sink active and at least [`SPILL`] bytes, a copy in the
+    /// file being written (the vector is freed).
     fn from(v: Vec<T>) -> Self {
+        let bytes = std::mem::size_of_val(&v[..]);
+        if bytes >= SPILL {
+            // SAFETY: T is plain data; the byte view covers exactly the values.
+            let src = unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), bytes) };
+            if let Some(placed) = place(bytes, |dst| dst.copy_from_slice(src)) {
+                return placed;
+            }
+        }
         Shared { repr: Repr::Owned(v) }
     }
 }
 
-impl<T: Element> Default for Shared<T> {
-    fn default() -> Self {
-        Vec::new().into()
-    }
-}
-
-impl<T: Element + std::fmt::Debug> std::fmt::Debug for Shared<T> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Shared<{}>[{}{}]", std::any::type_name::<T>(), self.len(), if self.is_mapped() { ", mapped" } else { "" })
+impl<T: Element> Shared<T> {
+    /// A buffer of `len` values written in place by `fill`, which is given them as zero
+    /// bits (a valid value of every `Element`): in the file being written when a sink is
+    /// active and it is large enough, with no private copy first.
+    pub fn filled(len: usize, fill: impl FnOnce(&mut [T])) -> Self {
+        let bytes = len.saturating_mul(std::mem::size_of::<T>());
+        let mut fill = Some(fill);
+        if bytes >= SPILL {
+            let placed = place(bytes, |dst| {
+                // SAFETY: `dst` is `bytes` zeroed, writable bytes at a 64-byte boundary (the
+                // sink's rule): exactly `len` values of T (plain data, any bit pattern
+                // valid, align <= 64).
+                let values = unsafe { std::slice::from_raw_parts_mut(dst.as_mut_ptr().cast::<T>(), len) };
+                if let Some(f) = fill.take() {
+                    f(values);
+                }
+            });
+            if let Some(placed) = placed {
+                return placed;
+            }
+        }
+        // SAFETY: zero bits are a valid T (Element: any bit pattern is).
+        let mut v = vec![unsafe { std::mem::zeroed::<T>() }; len];
+        if let Some(f) = fill.take() {
+            f(&mut v);
+        }
+        Shared { repr: Repr::Owned(v) }
     }
 }
 
 /// Float buffers, the common case.
 pub type Floats = Shared<f32>;
 
-/// The buffers of one file being written: where each one goes in the data section.
-pub(crate) struct Collector {
-    /// (start, length in bytes) of each buffer's memory, in data-section order.
-    pub segments: Vec<(*const u8, usize)>,
-    /// Bytes of the data section so far (padding included).
-    pub len: usize,
+/// Buffers of at least this many bytes are placed in the file being written as soon as
+/// they are made (smaller ones when the model is serialized).
+pub const SPILL: usize = 1 << 16;
+
+/// A prepared file being written that buffers are placed in (`crate::prepared::arena`).
+pub(crate) trait Sink {
+    /// Room for `bytes` bytes at a 64-byte boundary of the data section, written by `fill`:
+    /// the region that keeps it alive, the place's address and its offset in the data
+    /// section. `None` when there is no room (the file cannot grow): the caller keeps its
+    /// own copy.
+    fn place(&self, bytes: usize, fill: &mut dyn FnMut(&mut [u8])) -> Option<(Arc<dyn Region>, *const u8, usize)>;
+    /// The offset in the data section of the buffer at `ptr`, when it lies in this file.
+    fn offset_of(&self, ptr: *const u8, bytes: usize) -> Option<usize>;
+}
+
+/// Makes `bytes` bytes in the active sink, written by `fill`; `None` without a sink.
+fn place<T: Element>(bytes: usize, mut fill: impl FnMut(&mut [u8])) -> Option<Shared<T>> {
+    let sink = SINK.with_borrow(|s| s.clone())?;
+    let (region, ptr, _) = sink.place(bytes, &mut fill)?;
+    let len = bytes / std::mem::size_of::<T>().max(1);
+    Some(Shared { repr: Repr::Mapped { _map: region, ptr: ptr.cast::<T>(), len } })
+}
+
+/// Runs `f` with `sink` active on this thread: large buffers made meanwhile are placed in
+/// it, and serializing a buffer places it (if it is not there yet) and emits its offset.
+pub(crate) fn sinking<R>(sink: Arc<dyn Sink>, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<Arc<dyn Sink>>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let previous = self.0.take();
+            SINK.with_borrow_mut(|s| *s = previous);
+        }
+    }
+    let _restore = Restore(SINK.replace(Some(sink)));
+    f()
+}
+
+/// Whether a sink is active on this thread (a model is being built into a file).
+pub fn sinking_now() -> bool {
+    SINK.with_borrow(Option::is_some)
 }
 
 /// The mapping buffers are restored from.
@@ -124,18 +191,8 @@ pub(crate) struct Source {
 }
 
 thread_local! {
-    static COLLECTOR: RefCell<Option<Collector>> = const { RefCell::new(None) };
+    static SINK: RefCell<Option<Arc<dyn Sink>>> = const { RefCell::new(None) };
     static SOURCE: RefCell<Option<Source>> = const { RefCell::new(None) };
-}
-
-/// Runs `f` with buffers serialized into a new collector; returns `f`'s result and the
-/// collector. The buffers `f` serializes must outlive the collector's use (the caller holds
-/// the value being serialized while it writes the segments).
-pub(crate) fn collecting<R>(f: impl FnOnce() -> R) -> (R, Collector) {
-    let previous = COLLECTOR.replace(Some(Collector { segments: Vec::new(), len: 0 }));
-    let out = f();
-    let collector = COLLECTOR.replace(previous).unwrap_or(Collector { segments: Vec::new(), len: 0 });
-    (out, collector)
 }
 
 /// Runs `f` with buffers deserialized from `source`; returns `f`'s result and the bytes of
@@ -150,14 +207,15 @@ pub(crate) fn restoring<R>(source: Source, f: impl FnOnce() -> R) -> (R, usize) 
 impl<T: Element> Serialize for Shared<T> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let bytes = self.as_bytes();
-        let offset = COLLECTOR.with_borrow_mut(|c| {
-            let c = c.as_mut()?;
-            let offset = c.len.next_multiple_of(ALIGN);
-            c.segments.push((bytes.as_ptr(), bytes.len()));
-            c.len = offset + bytes.len();
-            Some(offset)
-        });
-        let offset = offset.ok_or_else(|| S::Error::custom("a weight buffer is serialized only into a prepared file"))?;
+        let sink = SINK.with_borrow(|s| s.clone());
+        let sink = sink.ok_or_else(|| S::Error::custom("a weight buffer is serialized only into a prepared file"))?;
+        let offset = match sink.offset_of(bytes.as_ptr(), bytes.len()) {
+            Some(offset) => offset,
+            None => sink
+                .place(bytes.len(), &mut |dst| dst.copy_from_slice(bytes))
+                .map(|(_, _, offset)| offset)
+                .ok_or_else(|| S::Error::custom("the prepared file cannot grow (see the server log)"))?,
+        };
         [offset, self.len()].serialize(serializer)
     }
 }

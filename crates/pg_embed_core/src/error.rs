@@ -44,6 +44,8 @@ pub enum SqlState {
     DatatypeMismatch,
     /// 25006 read_only_sql_transaction
     ReadOnlySqlTransaction,
+    /// 53200 out_of_memory
+    OutOfMemory,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -146,6 +148,11 @@ pub enum Error {
     #[error("model \"{source_name}\" needs {mb} MB for its weights in {precision}, more than pg_embed.max_model_size ({limit_mb} MB)")]
     ModelTooLarge { source_name: String, mb: u64, limit_mb: u64, precision: &'static str },
 
+    /// A build (a registration, or a load that builds its weights) that did not get the
+    /// memory it needs within pg_embed.building_wait: see `prepared::budget`. Sizes in MB.
+    #[error("{what} needs {need_mb} MB of memory to build its weights; {room}{held} (waited {waited_s:.1} s)")]
+    BuildingMemory { what: String, need_mb: u64, room: String, held: String, waited_s: f64 },
+
     #[error("invalid {what}: {reason}")]
     InvalidArgument { what: &'static str, reason: String },
 
@@ -201,6 +208,7 @@ impl Error {
             ModelNotRegistered(_) => SqlState::UndefinedObject,
             InputTooLong { .. } => SqlState::StringDataRightTruncation,
             ModelTooLarge { .. } => SqlState::ProgramLimitExceeded,
+            BuildingMemory { .. } => SqlState::OutOfMemory,
             NotInHubCache { .. } => SqlState::UndefinedFile,
             HubDownload { .. } => SqlState::IoError,
             ChecksumMismatch { .. } => SqlState::DataCorrupted,
@@ -275,6 +283,10 @@ impl Error {
                     "A server holds one copy of a model's weights, in a file every backend maps (pg_embed.cache_dir); the backend that loads it first builds that copy in its own memory while it writes the file, and with pg_embed.cache_dir = '' every backend keeps its own.{smaller} A superuser may raise pg_embed.max_model_size (0: no limit)."
                 ))
             }
+            BuildingMemory { .. } => Some(
+                "A registration, or a load that builds a model's weights, is admitted only when the memory it holds while it builds fits what the machine has available (MemAvailable, and the cgroup's limit) and pg_embed.max_building_memory, counting the builds in progress in every backend. Retry when they are done, raise pg_embed.building_wait to wait longer, or (a superuser) raise pg_embed.max_building_memory."
+                    .into(),
+            ),
             InputTooLong { .. } => Some(
                 "Split it with embed.chunk(), or register the model with options => '{\"long_input\": \"truncate\"}' or '{\"long_input\": \"mean_of_chunks\"}'."
                     .into(),

@@ -54,6 +54,21 @@ pub fn prepared_bytes(dir: &Path, precision: Precision) -> Result<u64> {
     Ok(total)
 }
 
+/// Bytes of the largest tensor of any safetensors file under `dir`, as float32: what
+/// building the model holds of one tensor at a time (read from the headers only).
+pub fn largest_tensor_bytes(dir: &Path) -> Result<u64> {
+    let mut largest = 0u64;
+    for path in crate::files::files_under(dir, |_| Ok(()))? {
+        if path.extension().is_some_and(|e| e == "safetensors") {
+            for (_, shape) in safetensors_shapes(&path)? {
+                let elements = shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d)).unwrap_or(u64::MAX);
+                largest = largest.max(elements.saturating_mul(4));
+            }
+        }
+    }
+    Ok(largest)
+}
+
 /// Bytes of the backbone checkpoint of `bdir` (its model*.safetensors) once prepared in
 /// `precision`: what each LoRA task's copy of the backbone takes.
 pub fn checkpoint_bytes(bdir: &Path, precision: Precision) -> Result<u64> {
@@ -216,17 +231,79 @@ impl Tensors {
         self.places.values().map(|p| p.shape.iter().product::<usize>()).sum()
     }
 
-    /// Tensor `name` as stored, read now.
-    fn read(&self, name: &str, dev: &Device) -> candle_core::Result<Tensor> {
+    /// Tensor `name`, read now as `dtype`. Float32 tensors are read straight into the
+    /// tensor's memory and bfloat16 ones widened to float32 a slice at a time, so reading
+    /// holds the tensor once (other conversions go through candle's, as stored first).
+    fn read(&self, name: &str, dtype: DType, dev: &Device) -> candle_core::Result<Tensor> {
+        check_interrupt()?;
         let Some(place) = self.places.get(name) else {
             candle_core::bail!("cannot find tensor {name}")
         };
         let (path, file) = &self.files[place.file];
-        let mut bytes = vec![0u8; place.len];
-        file.read_exact_at(&mut bytes, place.start)
-            .map_err(|e| candle_core::Error::Msg(format!("{}: {name}: {e}", path.display())))?;
-        Tensor::from_raw_buffer(&bytes, place.dtype, &place.shape, dev)
+        let failed = |e: std::io::Error| candle_core::Error::Msg(format!("{}: {name}: {e}", path.display()));
+        let elements = place.len / place.dtype.size_in_bytes().max(1);
+        match (place.dtype, dtype) {
+            (DType::F32, DType::F32) => {
+                let mut values = vec![0f32; elements];
+                // SAFETY: the f32 values' bytes, exactly `place.len` of them.
+                let bytes = unsafe { std::slice::from_raw_parts_mut(values.as_mut_ptr().cast::<u8>(), place.len) };
+                file.read_exact_at(bytes, place.start).map_err(failed)?;
+                if cfg!(target_endian = "big") {
+                    values.iter_mut().for_each(|v| *v = f32::from_bits(u32::from_le(v.to_bits())));
+                }
+                Tensor::from_vec(values, place.shape.as_slice(), dev)
+            }
+            (DType::BF16, DType::F32) => {
+                const SLICE: usize = 1 << 22;
+                let mut values = Vec::with_capacity(elements);
+                let mut bytes = vec![0u8; (2 * SLICE).min(place.len)];
+                let mut at = 0usize;
+                while at < place.len {
+                    let n = (place.len - at).min(bytes.len());
+                    file.read_exact_at(&mut bytes[..n], place.start + at as u64).map_err(failed)?;
+                    // bfloat16 is the top half of a float32: widening is exact.
+                    values.extend(bytes[..n].chunks_exact(2).map(|b| f32::from_bits(u32::from(u16::from_le_bytes([b[0], b[1]])) << 16)));
+                    at += n;
+                }
+                Tensor::from_vec(values, place.shape.as_slice(), dev)
+            }
+            _ => {
+                let mut bytes = vec![0u8; place.len];
+                file.read_exact_at(&mut bytes, place.start).map_err(failed)?;
+                Tensor::from_raw_buffer(&bytes, place.dtype, &place.shape, dev)?.to_dtype(dtype)
+            }
+        }
     }
+}
+
+thread_local! {
+    /// What a build calls between the tensors it reads (see [`interruptible`]).
+    static INTERRUPT: std::cell::Cell<Option<*const (dyn Fn() -> Result<()> + 'static)>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `f` (a build) with `interrupt` called before each tensor it reads on this thread:
+/// a cancel stops a long build between two tensors (its error, or its unwinding, ends the
+/// build, and what it made is freed).
+pub fn interruptible<R>(interrupt: &dyn Fn() -> Result<()>, f: impl FnOnce() -> Result<R>) -> Result<R> {
+    struct Restore(Option<*const (dyn Fn() -> Result<()> + 'static)>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            INTERRUPT.set(self.0);
+        }
+    }
+    let ptr: *const (dyn Fn() -> Result<()> + '_) = interrupt;
+    // SAFETY: only the lifetime is erased; the pointer is called only while `f` runs (it is
+    // restored on return and on unwind), and `interrupt` outlives this call.
+    let ptr: *const (dyn Fn() -> Result<()> + 'static) = unsafe { std::mem::transmute(ptr) };
+    let _restore = Restore(INTERRUPT.replace(Some(ptr)));
+    f()
+}
+
+/// Calls the build's interrupt check, if any (see [`interruptible`]).
+fn check_interrupt() -> candle_core::Result<()> {
+    let Some(interrupt) = INTERRUPT.get() else { return Ok(()) };
+    // SAFETY: set by `interruptible`, whose `interrupt` is alive while it is set.
+    unsafe { (*interrupt)() }.map_err(|e| candle_core::Error::Msg(e.to_string()))
 }
 
 impl candle_nn::var_builder::SimpleBackend for Tensors {
@@ -238,15 +315,16 @@ impl candle_nn::var_builder::SimpleBackend for Tensors {
         dtype: DType,
         dev: &Device,
     ) -> candle_core::Result<Tensor> {
-        let tensor = self.read(name, dev)?;
-        if tensor.shape() != &s {
-            candle_core::bail!("shape mismatch for {name}, expected {s:?}, got {:?}", tensor.shape())
+        if let Some(place) = self.places.get(name) {
+            if place.shape.as_slice() != s.dims() {
+                candle_core::bail!("shape mismatch for {name}, expected {s:?}, got {:?}", place.shape)
+            }
         }
-        tensor.to_dtype(dtype)
+        self.read(name, dtype, dev)
     }
 
     fn get_unchecked(&self, name: &str, dtype: DType, dev: &Device) -> candle_core::Result<Tensor> {
-        self.read(name, dev)?.to_dtype(dtype)
+        self.read(name, dtype, dev)
     }
 
     fn contains_tensor(&self, name: &str) -> bool {

@@ -140,7 +140,7 @@ fn damaged_and_foreign_files_are_rebuilt_never_trusted() {
     let other = if ours == "avx512-panels32" { "torch-rows" } else { "avx512-panels32" };
     let mut header = file::peek(&path).unwrap();
     header.layout = other.into();
-    file::write(&path, &header, &serde_json::json!({}), &file::Expect { key: &header.key, layout: other }).unwrap();
+    pg_embed_core::prepared::arena::write(&path, &header, &serde_json::json!({}), &file::Expect { key: &header.key, layout: other }).unwrap();
     assert_eq!(file::peek(&path).unwrap().layout, other);
     let (p, _) = load_and_write(&store, &bert());
     let note = p.sharing().note.clone().unwrap_or_default();

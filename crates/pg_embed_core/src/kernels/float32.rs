@@ -64,18 +64,18 @@ impl PackedWeight {
     pub fn pack(weight: &[f32], outputs: usize, inputs: usize) -> Self {
         assert_eq!(weight.len(), outputs * inputs, "weight size");
         let panels = outputs.div_ceil(NR);
-        // Written once, in order (not zeroed first, then scattered into).
-        let mut lines = Vec::with_capacity(panels * inputs * 2);
-        for panel in 0..panels {
-            for i in 0..inputs {
-                let mut pair = [Line([0.0; 16]); 2];
-                for col in 0..NR.min(outputs - panel * NR) {
-                    pair[col / 16].0[col % 16] = weight[(panel * NR + col) * inputs + i];
+        // Written once, in order, in place (into the prepared file while a model is built
+        // into one).
+        let lines = crate::buffer::Shared::filled(panels * inputs * 2, |lines: &mut [Line]| {
+            for (panel, block) in lines.chunks_exact_mut(2 * inputs.max(1)).enumerate() {
+                for (i, pair) in block.chunks_exact_mut(2).enumerate() {
+                    for col in 0..NR.min(outputs - panel * NR) {
+                        pair[col / 16].0[col % 16] = weight[(panel * NR + col) * inputs + i];
+                    }
                 }
-                lines.extend_from_slice(&pair);
             }
-        }
-        PackedWeight { lines: lines.into(), outputs, inputs }
+        });
+        PackedWeight { lines, outputs, inputs }
     }
 
     /// Back to torch's layout, [outputs, inputs] row-major.

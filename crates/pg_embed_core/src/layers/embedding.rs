@@ -18,10 +18,18 @@ impl Embedding {
         Ok(Embedding { table: table.into(), rows, width })
     }
 
-    /// From a [rows, width] tensor.
+    /// From a [rows, width] tensor, copied once: straight into the prepared file when a
+    /// model is being built into one (the largest tensor of most models is this table).
     pub fn from_tensor(t: &candle_core::Tensor) -> candle_core::Result<Self> {
         let (rows, width) = t.dims2()?;
-        Self::new(t.flatten_all()?.to_vec1::<f32>()?, rows, width)
+        let t = t.to_dtype(candle_core::DType::F32)?.contiguous()?;
+        let (storage, layout) = t.storage_and_layout();
+        let candle_core::Storage::Cpu(cpu) = &*storage else {
+            candle_core::bail!("an embedding table is read on the CPU")
+        };
+        let values = &cpu.as_slice::<f32>()?[layout.start_offset()..][..rows * width];
+        let table = crate::buffer::Floats::filled(values.len(), |dst| dst.copy_from_slice(values));
+        Ok(Embedding { table, rows, width })
     }
 
     pub fn rows(&self) -> usize {

@@ -11,31 +11,32 @@
 //! | 24..32 | length of the data section |
 //! | 32..40 | xxh3-64 of the data section |
 //! | 40..48 | xxh3-64 of the JSON description |
-//! | 48.. | the JSON description: `{"header": Header, "parts": ...}`, the parts' buffers as `[offset, length]` into the data section |
-//! | data start.. | the buffers, each at a 64-byte boundary, zeros between them |
+//! | 48..4096 | zeros |
+//! | data start (4096).. | the buffers, each at a 64-byte boundary, zeros between them |
+//! | data start + data length.. | the JSON description: `{"header": Header, "parts": ...}`, the parts' buffers as `[offset, length]` into the data section |
 //!
-//! A file is written under a temporary name, synced and renamed into place, so its final
+//! The data come first because the model is built straight into the file (see
+//! `super::arena`): the description, which says where each buffer is, is known only at
+//! the end. A file is written under a temporary name and renamed into place, so its final
 //! name only ever names a complete file; it is never changed in place afterwards (a mapped
 //! file that shrank would kill its readers with SIGBUS). It is checked in full before use:
 //! magic, sizes, both checksums, the format, the pg_embed version, the kernel layout and the
 //! key its name promises.
 
 use std::fs::File;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use xxhash_rust::xxh3::Xxh3;
 
-use crate::buffer::{self, Region, Source, ALIGN};
+use crate::buffer::{self, Region, Source};
 use crate::error::{Error, Result};
 
 const MAGIC: &[u8; 7] = b"PGEMBED";
-/// Bumped when the layout of the file or of the serialized parts changes.
-pub const FORMAT: u8 = 1;
+/// Bumped when the layout of the file or of the serialized parts changes (2: the
+/// description after the data).
+pub const FORMAT: u8 = 2;
 const FIXED: usize = 48;
-const PAGE: usize = 4096;
 
 /// What a file says about itself; everything but `created` and the labels is checked
 /// against what the reader expects.
@@ -68,65 +69,21 @@ struct Described {
     parts: serde_json::Value,
 }
 
-/// Writes `parts` (and `header`) as a prepared file at `path`, through a temporary file in
-/// the same directory that is synced, mapped and checked (against `expect`), then renamed
-/// over `path`. Returns the mapping, which stays valid whatever later happens to the name.
-pub fn write<P: Serialize>(path: &Path, header: &Header, parts: &P, expect: &Expect) -> Result<Mapped> {
-    let (json, collector) = buffer::collecting(|| serde_json::to_vec(&Describe { header, parts }));
-    let json = json.map_err(|e| Error::invalid_file(path, format!("cannot describe the prepared weights: {e}")))?;
-    let data_start = (FIXED + json.len()).next_multiple_of(PAGE);
-    let data_len = collector.len;
-    // SAFETY: the segments point into the buffers of `parts`, borrowed for this whole call.
-    let segments: Vec<&[u8]> =
-        collector.segments.iter().map(|&(ptr, len)| unsafe { std::slice::from_raw_parts(ptr, len) }).collect();
+/// The description of `parts` (with `header`), their buffers placed in the file being
+/// written.
+pub(super) fn describe<P: Serialize>(header: &Header, parts: &P) -> serde_json::Result<Vec<u8>> {
+    serde_json::to_vec(&Describe { header, parts })
+}
 
-    let mut data_hash = Xxh3::new();
-    let zeros = [0u8; ALIGN];
-    let mut at = 0usize;
-    for s in &segments {
-        let pad = at.next_multiple_of(ALIGN) - at;
-        data_hash.update(&zeros[..pad]);
-        data_hash.update(s);
-        at += pad + s.len();
-    }
+/// The fixed part of a file: magic and format, then the sizes and checksums.
+pub(super) fn fixed_header(json_len: usize, data_start: usize, data_len: usize, data_sum: u64, json: &[u8]) -> Vec<u8> {
     let mut fixed = Vec::with_capacity(FIXED);
     fixed.extend_from_slice(MAGIC);
     fixed.push(FORMAT);
-    for v in [json.len() as u64, data_start as u64, data_len as u64, data_hash.digest(), xxh3(&json)] {
+    for v in [json_len as u64, data_start as u64, data_len as u64, data_sum, xxh3(json)] {
         fixed.extend_from_slice(&v.to_le_bytes());
     }
-
-    let tmp = temporary_name(path);
-    let written = (|| -> std::io::Result<()> {
-        let file = File::create(&tmp)?;
-        let mut out = std::io::BufWriter::with_capacity(1 << 20, &file);
-        out.write_all(&fixed)?;
-        out.write_all(&json)?;
-        out.write_all(&vec![0u8; data_start - FIXED - json.len()])?;
-        let mut at = 0usize;
-        for s in &segments {
-            let pad = at.next_multiple_of(ALIGN) - at;
-            out.write_all(&zeros[..pad])?;
-            out.write_all(s)?;
-            at += pad + s.len();
-        }
-        out.flush()?;
-        drop(out);
-        file.sync_all()
-    })();
-    let mapped = written.map_err(|e| Error::shared(path, e)).and_then(|()| Mapped::open(&tmp, expect));
-    let renamed = mapped.and_then(|mut mapped| {
-        std::fs::rename(&tmp, path).map_err(|e| Error::shared(path, e))?;
-        if let Some(dir) = path.parent() {
-            File::open(dir).and_then(|d| d.sync_all()).map_err(|e| Error::shared(dir, e))?;
-        }
-        mapped.path = path.to_path_buf();
-        Ok(mapped)
-    });
-    if renamed.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    renamed
+    fixed
 }
 
 /// `<path>.tmp.<pid>`: where a file is written before it is renamed into place.
@@ -190,11 +147,11 @@ fn read_description(path: &Path, bytes: &[u8]) -> Result<(Described, usize, usiz
     }
     let word = |i: usize| u64::from_le_bytes(bytes[8 + 8 * i..16 + 8 * i].try_into().unwrap_or_default());
     let (json_len, data_start, data_len, data_sum, json_sum) = (word(0), word(1), word(2), word(3), word(4));
-    let json_end = (FIXED as u64).checked_add(json_len).filter(|e| *e <= data_start);
-    if json_end.is_none() || data_start.checked_add(data_len) != Some(bytes.len() as u64) {
+    let json_start = data_start.checked_add(data_len).filter(|_| data_start >= FIXED as u64);
+    if json_start.and_then(|s| s.checked_add(json_len)) != Some(bytes.len() as u64) {
         return Err(damaged(path, format!("sizes do not add up to the file's {} bytes", bytes.len())));
     }
-    let json = &bytes[FIXED..FIXED + json_len as usize];
+    let json = &bytes[(data_start + data_len) as usize..];
     if xxh3(json) != json_sum {
         return Err(damaged(path, "the description's checksum does not match"));
     }
@@ -211,7 +168,7 @@ impl Mapped {
         // module's rule); a DBA who truncates it under a running server is warned in the README.
         let map = unsafe { memmap2::MmapOptions::new().populate().map(&file) }.map_err(|e| Error::shared(path, e))?;
         let (described, data_start, data_len, data_sum) = read_description(path, &map)?;
-        if xxh3(&map[data_start..]) != data_sum {
+        if xxh3(&map[data_start..data_start + data_len]) != data_sum {
             return Err(damaged(path, "the data's checksum does not match"));
         }
         let header = described.header;
@@ -259,12 +216,14 @@ pub fn peek(path: &Path) -> Result<Header> {
     let mut file = File::open(path).map_err(|e| Error::shared(path, e))?;
     let mut fixed = [0u8; FIXED];
     file.read_exact(&mut fixed).map_err(|e| damaged(path, e))?;
-    let json_len = u64::from_le_bytes(fixed[8..16].try_into().unwrap_or_default());
+    let word = |i: usize| u64::from_le_bytes(fixed[8 + 8 * i..16 + 8 * i].try_into().unwrap_or_default());
+    let (json_len, data_start, data_len) = (word(0), word(1), word(2));
     if &fixed[..7] != MAGIC || json_len > 1 << 30 {
         return Err(damaged(path, "not a pg_embed prepared file"));
     }
+    let at = data_start.checked_add(data_len).ok_or_else(|| damaged(path, "sizes overflow"))?;
     let mut json = vec![0u8; json_len as usize];
-    file.read_exact(&mut json).map_err(|e| damaged(path, e))?;
+    std::os::unix::fs::FileExt::read_exact_at(&file, &mut json, at).map_err(|e| damaged(path, e))?;
     #[derive(Deserialize)]
     struct Only {
         header: Header,

@@ -3,18 +3,25 @@
 //! mapped read-only by every process that loads the model.
 //!
 //! - [`Shared`] (`crate::buffer`) is the buffer every weight lives in, owned or mapped.
-//! - [`file`] is the file format: written to a temporary name, synced and renamed; checked
-//!   in full (sizes, checksums, version, layout, key) before it is mapped.
+//! - [`file`] is the file format: written to a temporary name and renamed; checked in full
+//!   (sizes, checksums, version, layout, key) before it is mapped.
+//! - [`arena`] is a file being written: a model is built straight into it, so the process
+//!   that builds it holds one tensor's working memory, whatever the model's size.
+//! - [`budget`] admits a build only when the memory it holds fits what the machine (and
+//!   `pg_embed.max_building_memory`) gives, counting the builds in progress server-wide.
 //! - [`key`] names a file by a digest of what determines its contents.
 //! - [`Store`] (here) is the directory: find and map, or build under a lock and write; list;
 //!   remove what no model needs.
 
+pub mod arena;
+pub mod budget;
 pub mod file;
 pub mod key;
 
 use std::collections::BTreeSet;
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -37,9 +44,9 @@ pub struct Store {
 pub enum Outcome<P> {
     /// Mapped from the shared file another process (or an earlier load) wrote.
     Mapped(Mapped),
-    /// Built by this call from the model's files, and being written in the background:
-    /// the caller computes with these while the file is written (so a first load costs no
-    /// more than a private one), and maps the file on a later load.
+    /// Built by this call from the model's files straight into the file (see [`arena`]),
+    /// which is being finished and renamed into place in the background: the caller
+    /// computes with these (slices of that file's mapping) meanwhile.
     Built { parts: Arc<P>, writing: Writing, replaced: Option<String> },
 }
 
@@ -68,11 +75,15 @@ impl Writing {
 }
 
 /// Where the background writer starts: a key whose build lock this process holds, or a
-/// key still to compute.
+/// key still to compute (the file is built under a name of its own meanwhile, `pending-`,
+/// whose lock this process holds).
 enum Pending {
     Locked(String, File),
-    Later(Box<dyn FnOnce() -> Result<String> + Send>),
+    Later(Box<dyn FnOnce() -> Result<String> + Send>, String, File),
 }
+
+/// Numbers the `pending-` names of this process.
+static PENDING: AtomicUsize = AtomicUsize::new(0);
 
 /// What names a file: its key, or how to compute it when the model files' digests are not
 /// remembered yet (hashing them is then done in the background, after the build).
@@ -197,12 +208,13 @@ impl Store {
     }
 
     /// Maps the file named by `key`; when there is none (or it is damaged or foreign), builds
-    /// the parts with `build` and hands them back while a background thread writes them.
-    /// One process builds at a time per key: the others wait on its lock (calling
-    /// `interrupt` while they wait, so a cancel ends the wait), then map what it wrote.
-    /// With a key known only later (the files' digests not yet remembered), the parts are
-    /// built at once and the background thread hashes, locks and writes unless a valid file
-    /// is there by then.
+    /// the parts with `build` straight into a new file and hands them back while a
+    /// background thread finishes it and renames it into place. One process builds at a
+    /// time per key: the others wait on its lock (calling `interrupt` while they wait, so a
+    /// cancel ends the wait), then map what it wrote. With a key known only later (the
+    /// files' digests not yet remembered), the parts are built at once under a name of their
+    /// own and the background thread hashes, locks and renames unless a valid file is there
+    /// by then. `interrupt` is also called between the tensors the build reads.
     pub fn get_or_build<P: Serialize + Send + Sync + 'static>(
         &self,
         key: KeyOf,
@@ -222,8 +234,10 @@ impl Store {
         let key = match key {
             KeyOf::Known(key) => key,
             KeyOf::Later(compute) => {
-                let parts = Arc::new(build()?);
-                let writing = self.write_in_background(Pending::Later(compute), parts.clone(), template);
+                let name = format!("pending-{}-{}", std::process::id(), PENDING.fetch_add(1, Ordering::Relaxed));
+                let lock = self.lock(&name, &|| Ok(()))?;
+                let (parts, arena) = self.build_into(&name, interrupt, build)?;
+                let writing = self.write_in_background(Pending::Later(compute, name, lock), parts.clone(), arena, template);
                 return Ok(Outcome::Built { parts, writing, replaced: None });
             }
         };
@@ -240,42 +254,69 @@ impl Store {
         if let Ok(file) = Mapped::open(&path, &file::Expect::current(&key)) {
             return Ok(Outcome::Mapped(file));
         }
-        let parts = Arc::new(build()?);
-        let writing = self.write_in_background(Pending::Locked(key, lock), parts.clone(), template);
+        let (parts, arena) = self.build_into(&key, interrupt, build)?;
+        let writing = self.write_in_background(Pending::Locked(key, lock), parts.clone(), arena, template);
         Ok(Outcome::Built { parts, writing, replaced })
     }
 
-    /// Writes `parts` as the file of their key on a thread of its own (plain Rust, no
-    /// Postgres calls). The build lock is held until the file is in place, so waiters then
-    /// map it. A key still to compute is computed there first, its lock taken, and nothing
-    /// is written when another process wrote a valid file meanwhile.
+    /// Builds the parts into a new file at the temporary name of `name`; when that file
+    /// cannot be made, privately (and why is the write's error).
+    fn build_into<P>(
+        &self,
+        name: &str,
+        interrupt: &dyn Fn() -> Result<()>,
+        build: impl FnOnce() -> Result<P>,
+    ) -> Result<(Arc<P>, std::result::Result<Arc<arena::Arena>, String>)> {
+        let build = || crate::weights::interruptible(interrupt, build);
+        match arena::Arena::create(&file::temporary_name(&self.path(name))) {
+            Ok(arena) => {
+                let arena = Arc::new(arena);
+                let parts = arena.build(build)?;
+                Ok((Arc::new(parts), Ok(arena)))
+            }
+            Err(e) => Ok((Arc::new(build()?), Err(e.to_string()))),
+        }
+    }
+
+    /// Finishes the file `parts` were built into and renames it to their key's name, on a
+    /// thread of its own (plain Rust, no Postgres calls). The build lock is held until the
+    /// file is in place, so waiters then map it. A key still to compute is computed there
+    /// first, its lock taken, and the file is dropped when another process wrote a valid
+    /// file meanwhile.
     fn write_in_background<P: Serialize + Send + Sync + 'static>(
         &self,
         pending: Pending,
         parts: Arc<P>,
+        arena: std::result::Result<Arc<arena::Arena>, String>,
         template: Header,
     ) -> Writing {
         let (writing, store) = (Writing::default(), Store { dir: self.dir.clone() });
         let done = writing.done.clone();
         std::thread::spawn(move || {
-            let written = (|| -> Result<PathBuf> {
-                let (key, lock) = match pending {
-                    Pending::Locked(key, lock) => (key, lock),
-                    Pending::Later(compute) => {
-                        let key = compute()?;
-                        let lock = store.lock(&key, &|| Ok(()))?;
+            let written = (|| -> std::result::Result<PathBuf, String> {
+                let arena = arena?;
+                let (key, lock, pending) = match pending {
+                    Pending::Locked(key, lock) => (key, lock, None),
+                    Pending::Later(compute, name, pending_lock) => {
+                        let key = compute().map_err(|e| e.to_string())?;
+                        let lock = store.lock(&key, &|| Ok(())).map_err(|e| e.to_string())?;
                         if let Ok(file) = Mapped::open(&store.path(&key), &file::Expect::current(&key)) {
+                            let _ = std::fs::remove_file(store.lock_path(&name));
                             return Ok(file.path);
                         }
-                        (key, lock)
+                        (key, lock, Some((name, pending_lock)))
                     }
                 };
                 let header = Header { key: key.clone(), ..template };
-                let written = file::write(&store.path(&key), &header, &*parts, &file::Expect::current(&key));
+                let path = store.path(&key);
+                let written = arena.finish(|| file::describe(&header, &*parts)).and_then(|()| arena.rename(&path));
                 drop(lock);
-                written.map(|file| file.path)
+                if let Some((name, _lock)) = pending {
+                    let _ = std::fs::remove_file(store.lock_path(&name));
+                }
+                written.map(|()| path).map_err(|e| e.to_string())
             })();
-            let _ = done.set(written.map_err(|e| e.to_string()));
+            let _ = done.set(written);
         });
         writing
     }

@@ -269,18 +269,17 @@ impl Bf16Weight {
         let pairs = inputs.div_ceil(2 * TILE_PAIRS) * TILE_PAIRS;
         let panels = outputs.div_ceil(NR);
         let at = |o: usize, i: usize| if o < outputs && i < inputs { round(weight[o * inputs + i]) } else { 0 };
-        let mut lines = Vec::with_capacity(panels * pairs * 2);
-        for panel in 0..panels {
-            for p in 0..pairs {
-                let mut pair = [PairLine([0; 16]); 2];
-                for col in 0..NR {
-                    let o = panel * NR + col;
-                    pair[col / 16].0[col % 16] = u32::from(at(o, 2 * p)) | u32::from(at(o, 2 * p + 1)) << 16;
+        let lines = Shared::filled(panels * pairs * 2, |lines: &mut [PairLine]| {
+            for (panel, block) in lines.chunks_exact_mut(2 * pairs.max(1)).enumerate() {
+                for (p, pair) in block.chunks_exact_mut(2).enumerate() {
+                    for col in 0..NR {
+                        let o = panel * NR + col;
+                        pair[col / 16].0[col % 16] = u32::from(at(o, 2 * p)) | u32::from(at(o, 2 * p + 1)) << 16;
+                    }
                 }
-                lines.extend_from_slice(&pair);
             }
-        }
-        Bf16Weight { lines: lines.into(), outputs, inputs, pairs }
+        });
+        Bf16Weight { lines, outputs, inputs, pairs }
     }
 
     /// Back to torch's layout, as float32 (the rounded weights).
