@@ -13,7 +13,7 @@ use pg_embed_core::error::{Error, Result};
 use pg_embed_core::hub::{self, HubSource, Pin};
 use pg_embed_core::options::Options;
 use pg_embed_core::pipeline::{Pipeline, Share};
-use pg_embed_core::prepared::{key, FileInfo, Store};
+use pg_embed_core::prepared::{budget, key, FileInfo, Store};
 use pg_embed_core::source;
 
 struct Entry {
@@ -205,14 +205,30 @@ pub fn load(model: &str, source_name: &str, options: &Options, pin: Option<&Pin>
         pgrx::check_for_interrupts!();
         Ok(())
     };
+    // The admission of a build's memory: one tensor's working memory when it builds into
+    // the shared file, the whole model when it stays private.
+    let what = format!("model \"{model}\"");
+    let admit = |shared: bool| -> Result<budget::Reservation> {
+        let request = budget::Request {
+            what: &what,
+            need: budget::need(&r.dir, options.precision.unwrap_or_default(), shared)?,
+            limit: guc::max_building_memory(),
+            wait: guc::building_wait(),
+        };
+        budget::Ledger::open(&guc::building_dir())?.admit(&request, &budget::Room::now, &interrupt)
+    };
+    let admit_shared = || admit(true);
     let share = store.as_ref().map(|store| Share {
         store,
         files: r.pin.as_ref().map(|p| &p.files),
         model,
         source: source_name,
         interrupt: &interrupt,
+        admit: Some(&admit_shared),
     });
+    let admitted = if share.is_none() { Some(admit(false)?) } else { None };
     let pipeline = Pipeline::load_shared(&r.root, &r.dir, options, share.as_ref())?;
+    drop(admitted);
     // This database needs the file it maps: noted for the other databases' cleanups.
     if let (Some(store), Some(key)) = (store.as_ref(), pipeline.sharing().file.as_ref().and_then(|f| f.file_stem())) {
         if let Err(e) = store.note_needed(this_database(), &key.to_string_lossy()) {
@@ -342,8 +358,7 @@ pub fn unload(name: Option<&str>) -> usize {
 
 /// Refuses a model whose prepared weights, in the precision its options ask for, exceed
 /// pg_embed.max_model_size, before reading them: one copy of them is the server's shared
-/// file, and the private memory of the backend that builds it (of every backend that loads
-/// the model when sharing is off).
+/// file (and the private memory of every backend that loads the model when sharing is off).
 fn check_size(source_name: &str, dir: &std::path::Path, options: &Options) -> Result<()> {
     let Some(limit_mb) = guc::max_model_size_mb() else {
         return Ok(());

@@ -46,6 +46,7 @@ fn sqlerrcode(state: SqlState) -> PgSqlErrorCode {
         SqlState::InvalidBinaryRepresentation => ERRCODE_INVALID_BINARY_REPRESENTATION,
         SqlState::DatatypeMismatch => ERRCODE_DATATYPE_MISMATCH,
         SqlState::ReadOnlySqlTransaction => ERRCODE_READ_ONLY_SQL_TRANSACTION,
+        SqlState::OutOfMemory => ERRCODE_OUT_OF_MEMORY,
     }
 }
 

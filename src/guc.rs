@@ -17,6 +17,10 @@ static WORKER_THREADS: GucSetting<i32> = GucSetting::<i32>::new(0);
 /// 16 GB: one copy of a 7 B-parameter model in bfloat16 (about 14 GB) or of a 1.5 B one in
 /// float32 (about 6 GB) fits; a 7 B one in float32 (about 28 GB) is refused.
 static MAX_MODEL_SIZE: GucSetting<i32> = GucSetting::<i32>::new(16384);
+/// How long a build waits for memory (ms): one minute.
+static BUILDING_WAIT: GucSetting<i32> = GucSetting::<i32>::new(60_000);
+/// MB all builds in progress may hold together (0: what the machine gives).
+static MAX_BUILDING_MEMORY: GucSetting<i32> = GucSetting::<i32>::new(0);
 /// Pillow's `Image.MAX_IMAGE_PIXELS`.
 static MAX_IMAGE_PIXELS: GucSetting<i32> = GucSetting::<i32>::new(89_478_485);
 
@@ -120,6 +124,26 @@ pub fn register() {
         GucFlags::UNIT_MB,
     );
     GucRegistry::define_int_guc(
+        c"pg_embed.building_wait",
+        c"How long a registration, or a load that builds a model's weights, waits for the memory it needs before it fails with SQLSTATE 53200.",
+        c"A build is admitted when the memory it holds while it builds (one tensor's working memory with a shared file; the whole model when pg_embed.cache_dir is '') fits MemAvailable, the cgroup's limit and pg_embed.max_building_memory, counting every build in progress in the server. It waits (cancellably) while it does not fit. 0: never wait.",
+        &BUILDING_WAIT,
+        0,
+        i32::MAX,
+        GucContext::Userset,
+        GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"pg_embed.max_building_memory",
+        c"Most memory all builds of model weights in progress may hold together, in MB (0: what the machine gives).",
+        c"Bounds what concurrent registrations and loads that build a model's weights hold at once, below what MemAvailable and the cgroup's limit allow; a build that does not fit waits up to pg_embed.building_wait, then fails with SQLSTATE 53200. Superuser only.",
+        &MAX_BUILDING_MEMORY,
+        0,
+        i32::MAX,
+        GucContext::Suset,
+        GucFlags::UNIT_MB,
+    );
+    GucRegistry::define_int_guc(
         c"pg_embed.max_image_pixels",
         c"Largest image (width x height) embed_image and classify_image decode.",
         c"Checked from the image's header before it is decoded, so a decompression bomb is an ERROR that allocates nothing. The default is Pillow's limit. Superuser only.",
@@ -173,6 +197,16 @@ pub fn max_model_size_mb() -> Option<u64> {
     u64::try_from(MAX_MODEL_SIZE.get()).ok().filter(|&mb| mb > 0)
 }
 
+/// `pg_embed.building_wait`.
+pub fn building_wait() -> std::time::Duration {
+    std::time::Duration::from_millis(BUILDING_WAIT.get().max(0) as u64)
+}
+
+/// `pg_embed.max_building_memory` in bytes; `None` when 0 (no limit but the machine's).
+pub fn max_building_memory() -> Option<u64> {
+    u64::try_from(MAX_BUILDING_MEMORY.get()).ok().filter(|&mb| mb > 0).map(|mb| mb << 20)
+}
+
 /// `pg_embed.max_image_pixels`.
 pub fn max_image_pixels() -> u64 {
     MAX_IMAGE_PIXELS.get().max(1) as u64
@@ -217,21 +251,31 @@ pub fn model_dir() -> String {
     MODEL_DIR.get().map(|c| c.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
+/// The builds of model weights in progress in the server (see
+/// `pg_embed_core::prepared::budget`): `$PGDATA/pg_embed_building`.
+pub fn building_dir() -> std::path::PathBuf {
+    data_dir().join("pg_embed_building")
+}
+
+const DEFAULT_CACHE_DIR: &str = "pg_embed_cache";
+
+/// The data directory.
+fn data_dir() -> std::path::PathBuf {
+    // SAFETY: DataDir is set before any backend runs SQL and never changes after.
+    let dir = unsafe { pgrx::pg_sys::DataDir };
+    if dir.is_null() {
+        std::path::PathBuf::from(".")
+    } else {
+        // SAFETY: a NUL-terminated C string owned by the server.
+        std::path::PathBuf::from(unsafe { std::ffi::CStr::from_ptr(dir) }.to_string_lossy().into_owned())
+    }
+}
+
 /// `pg_embed.cache_dir` resolved against the data directory: unset is
 /// `$PGDATA/pg_embed_cache`; set to the empty string, `None` (weights stay private).
 pub fn cache_dir() -> Option<std::path::PathBuf> {
-    let data_dir = || {
-        // SAFETY: DataDir is set before any backend runs SQL and never changes after.
-        let dir = unsafe { pgrx::pg_sys::DataDir };
-        if dir.is_null() {
-            std::path::PathBuf::from(".")
-        } else {
-            // SAFETY: a NUL-terminated C string owned by the server.
-            std::path::PathBuf::from(unsafe { std::ffi::CStr::from_ptr(dir) }.to_string_lossy().into_owned())
-        }
-    };
     match CACHE_DIR.get() {
-        None => Some(data_dir().join("pg_embed_cache")),
+        None => Some(data_dir().join(DEFAULT_CACHE_DIR)),
         Some(s) if s.is_empty() => None,
         Some(s) => Some(data_dir().join(s.to_string_lossy().into_owned())),
     }

@@ -29,5 +29,6 @@ run vectorize_random.sh
 run upgrade.sh
 run dump_restore.sh
 run standby.sh
+run building.sh
 run crash.sh
 run stats.sh

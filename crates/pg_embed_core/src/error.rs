@@ -143,8 +143,7 @@ pub enum Error {
     InputTooLong { tokens: usize, max_length: usize },
 
     /// `mb`: the size of the model's prepared weights in `precision` (see
-    /// `weights::prepared_bytes`): the server's one shared file, and the private copy a
-    /// backend builds while it writes that file.
+    /// `weights::prepared_bytes`): the server's one shared file.
     #[error("model \"{source_name}\" needs {mb} MB for its weights in {precision}, more than pg_embed.max_model_size ({limit_mb} MB)")]
     ModelTooLarge { source_name: String, mb: u64, limit_mb: u64, precision: &'static str },
 
@@ -280,7 +279,7 @@ impl Error {
                     ""
                 };
                 Some(format!(
-                    "A server holds one copy of a model's weights, in a file every backend maps (pg_embed.cache_dir); the backend that loads it first builds that copy in its own memory while it writes the file, and with pg_embed.cache_dir = '' every backend keeps its own.{smaller} A superuser may raise pg_embed.max_model_size (0: no limit)."
+                    "A server holds one copy of a model's weights, in a file every backend maps (pg_embed.cache_dir), which the backend that loads it first builds; with pg_embed.cache_dir = '' every backend keeps its own copy in its memory.{smaller} A superuser may raise pg_embed.max_model_size (0: no limit)."
                 ))
             }
             BuildingMemory { .. } => Some(

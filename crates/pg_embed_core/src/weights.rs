@@ -18,8 +18,8 @@ use crate::options::Precision;
 use crate::safetensors_io::{read_header, safetensors_shapes};
 
 /// Bytes the weights of the model directory `dir` take once prepared in `precision`: the
-/// size of the server's shared prepared file, and of the private copy the backend that
-/// builds it holds while it writes it. Read from the safetensors headers only (nothing is
+/// size of the server's shared prepared file (and of each backend's private copy when
+/// sharing is off). Read from the safetensors headers only (nothing is
 /// allocated for the tensors): every tensor of every safetensors file, sub-folders
 /// included, as float32; in bfloat16, the backbone's linear weights (the 2-D tensors of its
 /// model.safetensors that are not embedding tables or classifier layers, see

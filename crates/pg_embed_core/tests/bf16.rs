@@ -248,7 +248,7 @@ fn a_bfloat16_model_shares_its_own_prepared_file() {
     let store = Store::open(&tmp).unwrap();
     let repo = root().canonicalize().unwrap();
     let dir = root().join("models/all-MiniLM-L6-v2").canonicalize().unwrap();
-    let share = Share { store: &store, files: None, model: "m", source: "s", interrupt: &no_interrupt };
+    let share = Share { store: &store, files: None, model: "m", source: "s", interrupt: &no_interrupt, admit: None };
     let mut sizes = BTreeMap::new();
     for options in [Options::default(), bf16_options()] {
         let built = Pipeline::load_shared(&repo, &dir, &options, Some(&share)).unwrap();

@@ -29,7 +29,7 @@ fn no_interrupt() -> pg_embed_core::error::Result<()> {
 }
 
 fn load_shared(store: &Store, dir: &Path) -> pg_embed_core::error::Result<Pipeline> {
-    let share = Share { store, files: None, model: "m", source: "src", interrupt: &no_interrupt };
+    let share = Share { store, files: None, model: "m", source: "src", interrupt: &no_interrupt, admit: None };
     Pipeline::load_shared(&repo(), &dir.canonicalize().unwrap(), &Options::default(), Some(&share))
 }
 

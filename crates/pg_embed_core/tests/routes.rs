@@ -196,7 +196,7 @@ fn the_prepared_file_holds_every_route() {
     for version in ["st3.4.1", "st6.2.0"] {
         let model = compat(&format!("router__{version}"));
         let options = Options::from_json(&json!({"prompt": "document"})).unwrap();
-        let share = Share { store: &store, files: None, model: "m", source: "src", interrupt: &no_interrupt };
+        let share = Share { store: &store, files: None, model: "m", source: "src", interrupt: &no_interrupt, admit: None };
         let private = Pipeline::load(&model, &options).unwrap();
         let built = Pipeline::load_shared(&repo, &model, &options, Some(&share)).unwrap();
         let written =

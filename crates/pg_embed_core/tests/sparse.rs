@@ -440,7 +440,7 @@ fn csr_weights_mapped_from_the_shared_file_give_the_same_vectors() {
     let texts = ["Hello world", "The quick brown fox jumps over the lazy dog."];
     let private = csr_load("csr_dense_normalize", serde_json::json!({})).unwrap();
     let want = sparse(&private, &texts, None);
-    let share = Share { store: &store, files: None, model: "m", source: "src", interrupt: &no_interrupt };
+    let share = Share { store: &store, files: None, model: "m", source: "src", interrupt: &no_interrupt, admit: None };
     let built = Pipeline::load_shared(&repo, &model, &Options::default(), Some(&share)).unwrap();
     built.sharing().writing.as_ref().expect("the first load builds").wait().clone().unwrap();
     let mapped = Pipeline::load_shared(&repo, &model, &Options::default(), Some(&share)).unwrap();

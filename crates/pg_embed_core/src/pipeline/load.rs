@@ -579,6 +579,10 @@ fn shared_weights(
             }))
         }
     };
+    let build = || {
+        let _admitted = share.admit.map(|admit| admit()).transpose()?;
+        build()
+    };
     match share.store.get_or_build(key, (share.model, share.source), share.interrupt, build)? {
         Outcome::Built { parts, writing, replaced } => {
             let note = replaced.map(|why| format!("replaced a file that could not be used: {why}"));

@@ -146,6 +146,9 @@ pub struct Share<'a> {
     /// Called while waiting for another process that builds the same file; an error ends
     /// the wait (a cancelled query).
     pub interrupt: &'a dyn Fn() -> Result<()>,
+    /// Called before the weights are built (not when they are mapped): the admission of
+    /// the build's memory (see `crate::prepared::budget`), held until the build ends.
+    pub admit: Option<&'a dyn Fn() -> Result<crate::prepared::budget::Reservation>>,
 }
 
 /// How a pipeline's weights are held: mapped from a shared file, or private.

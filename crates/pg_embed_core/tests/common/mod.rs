@@ -259,7 +259,7 @@ pub fn built_and_mapped(tag: &str, dir: &Path, options: &Options) -> (Pipeline, 
     let (repo, dir) = (root().canonicalize().unwrap(), dir.canonicalize().unwrap());
     let no_interrupt = || Ok(());
     let load = || {
-        let share = Share { store: &store, files: None, model: tag, source: tag, interrupt: &no_interrupt };
+        let share = Share { store: &store, files: None, model: tag, source: tag, interrupt: &no_interrupt, admit: None };
         Pipeline::load_shared(&repo, &dir, options, Some(&share)).unwrap_or_else(|e| panic!("{tag}: {e}"))
     };
     let built = load();
