@@ -39,6 +39,10 @@
 # PG_EMBED_REALSIZE_KEEP     1: keep the generated models and prepared files (default: the
 #                            models (1.3 + 6.2 + 14.2 GB) and the server with its prepared
 #                            files are deleted at the end; generating them takes ~2.5 minutes)
+# PG_EMBED_REALSIZE_SOURCE  disk (default): the checkpoint is dropped from the page cache
+#                            before each registration and PyTorch load (both read it from
+#                            disk); cache: it is read into the page cache first instead
+# PG_EMBED_REALSIZE_INTERVAL the memory sampler's interval in seconds (default 0.25)
 # PG_EMBED_REALSIZE_GUARD_MB the sampler kills the largest backend when the machine's
 #                            MemAvailable falls below this (default 1024; 0: never) so that an
 #                            out-of-memory load ends that backend, not other processes
@@ -64,6 +68,13 @@ SENTENCES_SPEC="${PG_EMBED_REALSIZE_SENTENCES:-bert-large=64 qwen2-1.5b=64 mistr
 TORCH="${PG_EMBED_REALSIZE_TORCH:-1}"
 KEEP="${PG_EMBED_REALSIZE_KEEP:-0}"
 GUARD_MB="${PG_EMBED_REALSIZE_GUARD_MB:-1024}"
+SOURCE="${PG_EMBED_REALSIZE_SOURCE:-disk}"
+INTERVAL="${PG_EMBED_REALSIZE_INTERVAL:-0.25}"
+case "$SOURCE" in disk|cache) ;; *) echo "PG_EMBED_REALSIZE_SOURCE must be disk or cache" >&2; exit 2 ;; esac
+# source_files DIR: puts the checkpoint on disk only, or in the page cache (PG_EMBED_REALSIZE_SOURCE).
+source_files() {
+    if [ "$SOURCE" = cache ]; then cat "$1"/model*.safetensors >/dev/null; else "$PY" "$DATA" evict "$1"/model*.safetensors; fi
+}
 BACKENDS=4
 VECTORS=8
 BENCH_VENV="${PG_EMBED_BENCH_VENV:-$REPO/bench/.venv}"
@@ -148,7 +159,7 @@ pg_run() {
     step "pg_embed, $shape, $precision ($THREADS threads): registration; load average before: $(load_now)"
     q -c "SET client_min_messages = warning" -c "SELECT embed.drop_model('$name') FROM embed.models WHERE name = '$name'" \
         -c "SELECT count(*) FROM embed.cache_cleanup()" >/dev/null
-    "$PY" "$DATA" evict "$dir"/model*.safetensors
+    source_files "$dir"
     # What pg_embed.max_model_size compares (crates/pg_embed_core/src/weights.rs
     # prepared_bytes, computed here the same way from the headers), against the file's size.
     local predicted
@@ -168,7 +179,7 @@ print(-(-b // 2**20))
 PY
 )"
     "$PY" "$DATA" sample "$RUN/sample-$name.csv" --postmaster "$POSTMASTER" --disk "$CACHE_DIR" \
-        --kill-below-mb "$GUARD_MB" >"$RUN/sample-$name.json" &
+        --interval "$INTERVAL" --kill-below-mb "$GUARD_MB" >"$RUN/sample-$name.json" &
     SAMPLER_PID=$!
     sleep 0.5
     load="$(load_now)"
@@ -273,7 +284,7 @@ torch_run() {
     shift 2
     load="$(load_now)"
     step "PyTorch, $shape, $* ($THREADS threads); load average before: $load"
-    "$PY" "$DATA" evict "$dir"/model*.safetensors
+    source_files "$dir"
     local line
     if line="$("$PY" "$DATA" torch "$dir" "$CORPUS" --threads "$THREADS" --sentences "$sentences" --batch "$sentences" \
         --vectors "$VECTORS" "$@" 2>"$RUN/torch.err" | grep '^{')"; then

@@ -537,9 +537,9 @@ def cmd_report(args):
     print("(file: the prepared file's size; limit: what pg_embed.max_model_size compares, from the headers;"
           " reg. private: the registering backend's private memory after register_model, then after its next"
           " call, which maps the file; fresh: a new backend after its first call and the sentences/s run; peak: the"
-          " largest private memory of a backend while they computed, sampled every 0.25 s)")
+          " largest private memory of a backend while they computed, sampled as the run's sampler interval says)")
 
-    print("\nregistration, peaks sampled every 0.25 s, MB")
+    print("\nregistration, peaks sampled every sampler interval (PG_EMBED_REALSIZE_INTERVAL, default 0.25 s), MB")
     print(f"{'model':11} {'precision':9} {'seconds':>7} {'RSS':>7} {'private':>7} {'machine':>8} {'min avail':>9} "
           f"{'dirty':>6} {'cache dir':>9} {'disk':>7}")
     for r in pgs + failed:

@@ -14,7 +14,8 @@
 #   4. by a vectorize worker that must build the weights while the budget is held: its batch
 #      fails with 53200, the rows stay queued (nothing lost), and once the budget is free every
 #      row gets its vector;
-#   5. killed with kill -9 mid-build: the server recovers, the half-written file is never
+#   5. cancelled mid-build: 57014, its file removed and its memory freed at once;
+#   6. killed with kill -9 mid-build: the server recovers, the half-written file is never
 #      used, embed.cache_cleanup() removes it, and registering again gives the same vectors.
 # The server log must show only the killed backend terminated by a signal.
 #   tests/ops/building.sh
@@ -179,7 +180,31 @@ expect_eq "every row's vector, once the budget is free" 0 \
 q -c "SET client_min_messages = warning" -c "SELECT embed.unvectorize('ops_building_docs', 'v')" -c "DROP TABLE ops_building_docs" >/dev/null
 q -c "ALTER SYSTEM RESET pg_embed.building_wait" -c "ALTER SYSTEM RESET pg_embed.max_building_memory" -c "SELECT pg_reload_conf()" >/dev/null
 
-# ---- 5. kill -9 mid-build -------------------------------------------------------------------
+# ---- 5. a cancel mid-build ------------------------------------------------------------------
+q -c "SET client_min_messages = warning" -c "SELECT embed.drop_model('ops_big_f32')" -c "SELECT count(*) FROM embed.cache_cleanup()" >/dev/null
+start_session "$work/c" <<'SQL'
+\set ON_ERROR_STOP 0
+SELECT 'anon_before ' || (regexp_match(pg_read_file('/proc/self/status'), 'RssAnon:\s+(\d+) kB'))[1];
+SELECT embed.register_model('ops_big_f32', 'ops-seeded-a');
+SELECT 'anon_after ' || (regexp_match(pg_read_file('/proc/self/status'), 'RssAnon:\s+(\d+) kB'))[1];
+SELECT 'temporary ' || count(*) FROM embed.cache_files() WHERE file LIKE '%.tmp.%';
+SQL
+for _ in $(seq 1 400); do
+    [ -n "$(find "$CACHE" -name '*.weights.tmp.*' -size +10M 2>/dev/null)" ] && break
+    sleep 0.01
+done
+[ -n "$(find "$CACHE" -name '*.weights.tmp.*' 2>/dev/null)" ] || fail "no file being written to cancel the build in"
+q1 "SELECT pg_cancel_backend($SESSION_PID)" >/dev/null
+wait "$SESSION_JOB"
+grep -q "canceling statement due to user request" "$work/c" || fail "the cancel: $(cat "$work/c")"
+before="$(sed -n 's/^anon_before //p' "$work/c")"
+after="$(sed -n 's/^anon_after //p' "$work/c")"
+expect_eq "the cancelled build's file, removed at once" "temporary 0" "$(grep '^temporary' "$work/c")"
+[ $(( (after - before) / 1024 )) -le 16 ] || fail "the cancelled build left +$(( (after - before) / 1024 )) MB private"
+pass "private memory after the cancel: +$(( (after - before) / 1024 )) MB"
+expect_eq "the cancelled registration registered nothing" 0 "$(q1 "SELECT count(*) FROM embed.models WHERE name = 'ops_big_f32'")"
+
+# ---- 6. kill -9 mid-build -------------------------------------------------------------------
 want="$(q1 "SELECT md5(embed('ops_big_b', 'the same sentence')::text)")"
 q -c "SET client_min_messages = warning" -c "SELECT embed.drop_model('ops_big_b')" -c "SELECT count(*) FROM embed.cache_cleanup()" >/dev/null
 start_session "$work/k" <<'SQL'

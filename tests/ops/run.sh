@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The operational tests, in order, against a running server with pg_embed installed (make
 # test runs them on its test server after the regression suite): cancel, memory, load,
-# sharing, sharing across databases, vectorize, vectorize_random (VECTORIZE_SEEDS seeds), upgrade, dump and restore, hot standby, crash (its kill -9
+# sharing, sharing across databases, vectorize, vectorize_random (VECTORIZE_SEEDS seeds), upgrade, dump and restore, hot standby, building (bounded memory and admission of builds; its kill -9 ends every session), crash (its kill -9
 # ends every session), and stats last (it restarts the server with pg_embed preloaded, and back). all-MiniLM-L6-v2 is registered as "minilm" in the database PG_EMBED_DB. OPS_LOAD_SECONDS sets the load test's length (default 20).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"

@@ -154,6 +154,29 @@ fn block_signals() {
     }
 }
 
+/// Runs `f(i, block)` over the blocks of `block` items of `data` (the last may be shorter),
+/// on up to the machine's cores (at most 8) when `data` is large: one-off conversions of a
+/// model's weights while it is built (plain Rust; the threads block signals, as compute
+/// threads do). Each block is given to exactly one call.
+pub fn for_blocks<T: Send>(data: &mut [T], block: usize, f: impl Fn(usize, &mut [T]) + Sync) {
+    let block = block.max(1);
+    let threads = available().min(8);
+    if threads <= 1 || data.len() < 1 << 18 {
+        data.chunks_mut(block).enumerate().for_each(|(i, b)| f(i, b));
+        return;
+    }
+    let per = data.len().div_ceil(block).div_ceil(threads);
+    std::thread::scope(|s| {
+        for (t, part) in data.chunks_mut(per * block).enumerate() {
+            let f = &f;
+            s.spawn(move || {
+                block_signals();
+                part.chunks_mut(block).enumerate().for_each(|(j, b)| f(t * per + j, b));
+            });
+        }
+    });
+}
+
 /// The default thread count: the machine's cores.
 pub fn available() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())

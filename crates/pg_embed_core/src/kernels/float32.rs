@@ -67,13 +67,13 @@ impl PackedWeight {
         // Written once, in order, in place (into the prepared file while a model is built
         // into one).
         let lines = crate::buffer::Shared::filled(panels * inputs * 2, |lines: &mut [Line]| {
-            for (panel, block) in lines.chunks_exact_mut(2 * inputs.max(1)).enumerate() {
+            crate::threads::for_blocks(lines, 2 * inputs.max(1), |panel, block| {
                 for (i, pair) in block.chunks_exact_mut(2).enumerate() {
                     for col in 0..NR.min(outputs - panel * NR) {
                         pair[col / 16].0[col % 16] = weight[(panel * NR + col) * inputs + i];
                     }
                 }
-            }
+            });
         });
         PackedWeight { lines, outputs, inputs }
     }

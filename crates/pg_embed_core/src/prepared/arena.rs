@@ -229,3 +229,69 @@ impl Drop for Arena {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::buffer::{Floats, SPILL};
+
+    #[derive(serde::Serialize, serde::Deserialize)]
+    struct Parts {
+        large: Floats,
+        filled: Floats,
+        small: Floats,
+    }
+
+    #[test]
+    fn large_buffers_are_built_in_the_file_and_read_back() {
+        let dir = std::env::temp_dir().join(format!("pg_embed_arena_{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("k.weights");
+        let arena = Arc::new(Arena::create(&temporary_name(&path)).unwrap());
+        let n = SPILL; // 4 * SPILL bytes
+        let parts = arena.build(|| Parts {
+            large: (0..n).map(|i| i as f32).collect::<Vec<_>>().into(),
+            filled: Floats::filled(n, |v| v.iter_mut().enumerate().for_each(|(i, x)| *x = -(i as f32))),
+            small: vec![1.5f32; 8].into(),
+        });
+        // Made while the file was the sink: the large ones are slices of its mapping.
+        assert!(parts.large.is_mapped() && parts.filled.is_mapped() && !parts.small.is_mapped());
+        assert_eq!(parts.large[n - 1], (n - 1) as f32);
+        assert_eq!(parts.filled[7], -7.0);
+        // Outside a build, the same vector stays private.
+        assert!(!Floats::from(vec![0f32; n]).is_mapped());
+        let header = Header {
+            format: super::super::file::FORMAT,
+            pg_embed: env!("CARGO_PKG_VERSION").into(),
+            layout: "test".into(),
+            key: "k".into(),
+            model: "m".into(),
+            source: "s".into(),
+            created: 0,
+        };
+        arena.finish(|| describe(&header, &parts)).unwrap();
+        arena.rename(&path).unwrap();
+        assert!(!temporary_name(&path).exists() && path.exists());
+        let mapped = Mapped::open(&path, &Expect { key: "k", layout: "test" }).unwrap();
+        let back: Parts = mapped.restore(|v| Ok(serde_json::from_value(v).unwrap())).unwrap();
+        assert_eq!((&back.large[..], &back.filled[..], &back.small[..]), (&parts.large[..], &parts.filled[..], &parts.small[..]));
+        // The data section holds the large buffers where they were built, then the small one.
+        assert_eq!(mapped.data_bytes(), 2 * 4 * n + 32);
+        drop((parts, back, mapped, arena));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn an_abandoned_build_leaves_no_file() {
+        let dir = std::env::temp_dir().join(format!("pg_embed_arena_drop_{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = temporary_name(&dir.join("k.weights"));
+        let arena = Arc::new(Arena::create(&tmp).unwrap());
+        let kept: Floats = arena.build(|| vec![2f32; SPILL].into());
+        assert!(tmp.exists());
+        drop(arena);
+        assert!(!tmp.exists(), "removed when the build is dropped unfinished");
+        assert_eq!(kept[SPILL - 1], 2.0, "its buffers stay readable while held");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

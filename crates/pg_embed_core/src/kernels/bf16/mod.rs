@@ -270,14 +270,14 @@ impl Bf16Weight {
         let panels = outputs.div_ceil(NR);
         let at = |o: usize, i: usize| if o < outputs && i < inputs { round(weight[o * inputs + i]) } else { 0 };
         let lines = Shared::filled(panels * pairs * 2, |lines: &mut [PairLine]| {
-            for (panel, block) in lines.chunks_exact_mut(2 * pairs.max(1)).enumerate() {
+            crate::threads::for_blocks(lines, 2 * pairs.max(1), |panel, block| {
                 for (p, pair) in block.chunks_exact_mut(2).enumerate() {
                     for col in 0..NR {
                         let o = panel * NR + col;
                         pair[col / 16].0[col % 16] = u32::from(at(o, 2 * p)) | u32::from(at(o, 2 * p + 1)) << 16;
                     }
                 }
-            }
+            });
         });
         Bf16Weight { lines, outputs, inputs, pairs }
     }
