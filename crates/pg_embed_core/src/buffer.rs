@@ -97,8 +97,10 @@ impl<T: Element> From<Vec<T>> for Shared<T> {
         if bytes >= SPILL {
             // SAFETY: T is plain data; the byte view covers exactly the values.
             let src = unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), bytes) };
-            if let Some(placed) = place(bytes, |dst| dst.copy_from_slice(src)) {
-                return placed;
+            if let Some(sink) = SINK.with_borrow(|s| s.clone()) {
+                if let Some((region, ptr, _)) = sink.put(src) {
+                    return Shared { repr: Repr::Mapped { _map: region, ptr: ptr.cast::<T>(), len: v.len() } };
+                }
             }
         }
         Shared { repr: Repr::Owned(v) }
@@ -149,6 +151,8 @@ pub(crate) trait Sink {
     /// section. `None` when there is no room (the file cannot grow): the caller keeps its
     /// own copy.
     fn place(&self, bytes: usize, fill: &mut dyn FnMut(&mut [u8])) -> Option<(Arc<dyn Region>, *const u8, usize)>;
+    /// As `place`, a copy of `src` (written to the file, not through the mapping).
+    fn put(&self, src: &[u8]) -> Option<(Arc<dyn Region>, *const u8, usize)>;
     /// The offset in the data section of the buffer at `ptr`, when it lies in this file.
     fn offset_of(&self, ptr: *const u8, bytes: usize) -> Option<usize>;
 }
@@ -212,7 +216,7 @@ impl<T: Element> Serialize for Shared<T> {
         let offset = match sink.offset_of(bytes.as_ptr(), bytes.len()) {
             Some(offset) => offset,
             None => sink
-                .place(bytes.len(), &mut |dst| dst.copy_from_slice(bytes))
+                .put(bytes)
                 .map(|(_, _, offset)| offset)
                 .ok_or_else(|| S::Error::custom("the prepared file cannot grow (see the server log)"))?,
         };

@@ -87,36 +87,32 @@ pub struct Arena {
 
 impl Sink for Arena {
     fn place(&self, bytes: usize, fill: &mut dyn FnMut(&mut [u8])) -> Option<(Arc<dyn Region>, *const u8, usize)> {
-        let offset = {
-            let mut s = self.inner.state.lock().ok()?;
-            let offset = s.used.next_multiple_of(ALIGN);
-            let end = DATA.checked_add(offset)?.checked_add(bytes)?;
-            if end > s.len {
-                if s.failed.is_some() {
-                    return None;
-                }
-                let want = end.max(s.len + GROW).next_multiple_of(1 << 20).min(self.inner.reserved);
-                if end > want {
-                    s.failed = Some(format!("the file would pass the {} bytes of address space mapped for it", self.inner.reserved));
-                    return None;
-                }
-                // SAFETY: fallocate on the open descriptor.
-                let rc = unsafe {
-                    libc::posix_fallocate(self.inner.file.as_raw_fd(), s.len as libc::off_t, (want - s.len) as libc::off_t)
-                };
-                if rc != 0 {
-                    s.failed = Some(std::io::Error::from_raw_os_error(rc).to_string());
-                    return None;
-                }
-                s.len = want;
-            }
-            s.used = offset + bytes;
-            offset
-        };
-        // SAFETY: [DATA + offset, + bytes) is allocated on disk, inside the mapping, placed
+        let offset = self.reserve(bytes)?;
+        // SAFETY: [DATA + offset, + bytes) is allocated on disk, inside the mapping, reserved
         // for this buffer alone, and new (zero) bytes of the file.
         let ptr = unsafe { self.inner.map.add(DATA + offset) };
+        if bytes >= 2 << 20 {
+            // Fault the pages in with one call, not one trap each (advice: an error changes
+            // nothing but the speed).
+            const MADV_POPULATE_WRITE: libc::c_int = 23;
+            let start = (ptr as usize) & !4095;
+            // SAFETY: pages of this mapping inside the file's allocated length.
+            unsafe { libc::madvise(start as *mut libc::c_void, ptr as usize + bytes - start, MADV_POPULATE_WRITE) };
+        }
         fill(unsafe { std::slice::from_raw_parts_mut(ptr, bytes) });
+        Some((self.inner.clone(), ptr.cast_const(), offset))
+    }
+
+    fn put(&self, src: &[u8]) -> Option<(Arc<dyn Region>, *const u8, usize)> {
+        let offset = self.reserve(src.len())?;
+        if let Err(e) = self.inner.file.write_all_at(src, (DATA + offset) as u64) {
+            if let Ok(mut s) = self.inner.state.lock() {
+                s.failed = Some(e.to_string());
+            }
+            return None;
+        }
+        // SAFETY: inside the mapping, just written.
+        let ptr = unsafe { self.inner.map.add(DATA + offset) };
         Some((self.inner.clone(), ptr.cast_const(), offset))
     }
 
@@ -129,6 +125,35 @@ impl Sink for Arena {
 }
 
 impl Arena {
+    /// Room for `bytes` bytes at the next 64-byte boundary of the data section, allocated
+    /// on disk: its offset in the data section; `None` once the file cannot grow.
+    fn reserve(&self, bytes: usize) -> Option<usize> {
+        let mut s = self.inner.state.lock().ok()?;
+        let offset = s.used.next_multiple_of(ALIGN);
+        let end = DATA.checked_add(offset)?.checked_add(bytes)?;
+        if end > s.len {
+            if s.failed.is_some() {
+                return None;
+            }
+            let want = end.max(s.len + GROW).next_multiple_of(1 << 20).min(self.inner.reserved);
+            if end > want {
+                s.failed = Some(format!("the file would pass the {} bytes of address space mapped for it", self.inner.reserved));
+                return None;
+            }
+            // SAFETY: fallocate on the open descriptor.
+            let rc = unsafe {
+                libc::posix_fallocate(self.inner.file.as_raw_fd(), s.len as libc::off_t, (want - s.len) as libc::off_t)
+            };
+            if rc != 0 {
+                s.failed = Some(std::io::Error::from_raw_os_error(rc).to_string());
+                return None;
+            }
+            s.len = want;
+        }
+        s.used = offset + bytes;
+        Some(offset)
+    }
+
     /// Creates the file at `path` (a temporary name; replaced if it exists) and maps it.
     /// The file is held with a shared lock while this process maps it (see `file::in_use`).
     pub fn create(path: &Path) -> Result<Self> {

@@ -267,7 +267,7 @@ impl Store {
         interrupt: &dyn Fn() -> Result<()>,
         build: impl FnOnce() -> Result<P>,
     ) -> Result<(Arc<P>, std::result::Result<Arc<arena::Arena>, String>)> {
-        let build = || crate::weights::interruptible(interrupt, build);
+        let build = || crate::threads::reusing_memory(|| crate::weights::interruptible(interrupt, build));
         match arena::Arena::create(&file::temporary_name(&self.path(name))) {
             Ok(arena) => {
                 let arena = Arc::new(arena);
