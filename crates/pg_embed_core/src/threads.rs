@@ -177,6 +177,15 @@ pub fn for_blocks<T: Send>(data: &mut [T], block: usize, f: impl Fn(usize, &mut 
     });
 }
 
+/// A thread of its own for plain-Rust work in the background (hashing, writing a file),
+/// with the asynchronous signals blocked as on a compute thread.
+pub fn spawn_quiet<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> std::thread::JoinHandle<T> {
+    std::thread::spawn(move || {
+        block_signals();
+        f()
+    })
+}
+
 /// The default thread count: the machine's cores.
 pub fn available() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())

@@ -59,18 +59,59 @@ pub struct PackedWeight {
     inputs: usize,
 }
 
+/// Row-major matrices of the same width stacked: the rows of the first, then the second's
+/// (Q, K and V side by side), read in place (never concatenated into a copy).
+#[derive(Clone, Copy)]
+pub struct Stacked<'a> {
+    parts: &'a [&'a [f32]],
+    inputs: usize,
+}
+
+impl<'a> Stacked<'a> {
+    /// `parts`, each [rows, inputs] row-major.
+    pub fn new(parts: &'a [&'a [f32]], inputs: usize) -> Self {
+        Stacked { parts, inputs }
+    }
+
+    /// Rows in all.
+    pub fn outputs(&self) -> usize {
+        self.parts.iter().map(|p| p.len() / self.inputs.max(1)).sum()
+    }
+
+    /// Row `o` (of all the parts' rows, in order).
+    #[inline]
+    pub fn row(&self, mut o: usize) -> &'a [f32] {
+        for part in self.parts {
+            let rows = part.len() / self.inputs.max(1);
+            if o < rows {
+                return &part[o * self.inputs..(o + 1) * self.inputs];
+            }
+            o -= rows;
+        }
+        panic!("row past the stacked parts")
+    }
+}
+
 impl PackedWeight {
     /// Packs `weight`, [outputs, inputs] row-major; outputs past the last full panel are zero.
     pub fn pack(weight: &[f32], outputs: usize, inputs: usize) -> Self {
         assert_eq!(weight.len(), outputs * inputs, "weight size");
+        Self::pack_stacked(Stacked::new(&[weight], inputs), outputs)
+    }
+
+    /// Packs the stacked rows (`outputs` of them) as one weight.
+    pub fn pack_stacked(rows: Stacked<'_>, outputs: usize) -> Self {
+        assert_eq!(rows.outputs(), outputs, "weight size");
+        let inputs = rows.inputs;
         let panels = outputs.div_ceil(NR);
         // Written once, in order, in place (into the prepared file while a model is built
         // into one).
         let lines = crate::buffer::Shared::filled(panels * inputs * 2, |lines: &mut [Line]| {
             crate::threads::for_blocks(lines, 2 * inputs.max(1), |panel, block| {
+                let cols: Vec<&[f32]> = (panel * NR..outputs.min((panel + 1) * NR)).map(|o| rows.row(o)).collect();
                 for (i, pair) in block.chunks_exact_mut(2).enumerate() {
-                    for col in 0..NR.min(outputs - panel * NR) {
-                        pair[col / 16].0[col % 16] = weight[(panel * NR + col) * inputs + i];
+                    for (col, row) in cols.iter().enumerate() {
+                        pair[col / 16].0[col % 16] = row[i];
                     }
                 }
             });
@@ -407,6 +448,25 @@ thread_local! {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Layers side by side (Q, K and V; gate and up) pack as their concatenation does, in
+    /// both precisions, whatever the parts' row counts (panels that span two parts).
+    #[test]
+    fn stacked_parts_pack_as_their_concatenation() {
+        let inputs = 40;
+        let parts: Vec<Vec<f32>> = [45usize, 32, 19]
+            .iter()
+            .enumerate()
+            .map(|(k, &rows)| (0..rows * inputs).map(|i| ((i * 7 + k) % 13) as f32 * 0.25 - 1.5).collect())
+            .collect();
+        let slices: Vec<&[f32]> = parts.iter().map(Vec::as_slice).collect();
+        let whole = parts.concat();
+        let outputs = whole.len() / inputs;
+        let stacked = Stacked::new(&slices, inputs);
+        assert_eq!(PackedWeight::pack_stacked(stacked, outputs).unpack(), whole);
+        let bf16 = crate::kernels::bf16::Bf16Weight::pack_stacked(stacked, outputs, inputs).unpack();
+        assert_eq!(bf16, crate::kernels::bf16::Bf16Weight::pack(&whole, outputs, inputs).unpack());
+    }
 
     fn product_matches_plain_loops(rows: usize, outputs: usize, inputs: usize, threads: usize) {
         let weight: Vec<f32> = (0..outputs * inputs).map(|i| ((i * 7 % 13) as f32 - 6.0) * 0.125).collect();

@@ -61,6 +61,19 @@ impl Weight {
         }
     }
 
+    /// As `from_torch`, of stacked rows (layers side by side), made in place from them.
+    fn from_stacked(rows: float32::Stacked<'_>, outputs: usize, inputs: usize) -> Self {
+        match PRECISION.get() {
+            Precision::Bfloat16 => Weight::Bf16(bf16::Bf16Weight::pack_stacked(rows, outputs, inputs)),
+            Precision::Float32 if float32::available() => Weight::Packed(float32::PackedWeight::pack_stacked(rows, outputs)),
+            Precision::Float32 => Weight::Torch(Floats::filled(outputs * inputs, |dst| {
+                for (o, out) in dst.chunks_exact_mut(inputs.max(1)).enumerate() {
+                    out.copy_from_slice(rows.row(o));
+                }
+            })),
+        }
+    }
+
     pub(crate) fn with_layout(weight: Vec<f32>, outputs: usize, inputs: usize, packed: bool) -> Self {
         if packed {
             Weight::Packed(float32::PackedWeight::pack(&weight, outputs, inputs))
@@ -121,12 +134,22 @@ impl Linear {
         if Some(weight.len()) != outputs.checked_mul(inputs) {
             candle_core::bail!("a linear weight of {} values is not [{outputs}, {inputs}]", weight.len());
         }
+        Self::build_with(outputs, inputs, bias, || make(weight, outputs, inputs))
+    }
+
+    /// Checks the size of `bias`, then makes the weight with `make`.
+    fn build_with(
+        outputs: usize,
+        inputs: usize,
+        bias: Option<Vec<f32>>,
+        make: impl FnOnce() -> Weight,
+    ) -> candle_core::Result<Self> {
         if let Some(b) = &bias {
             if b.len() != outputs {
                 candle_core::bail!("a linear bias of {} values for {outputs} outputs", b.len());
             }
         }
-        Ok(Linear { weight: make(weight, outputs, inputs), bias: bias.map(Into::into), inputs, outputs })
+        Ok(Linear { weight: make(), bias: bias.map(Into::into), inputs, outputs })
     }
 
     /// Layers over the same input side by side, from torch's layout: parts of (`weight`
@@ -141,9 +164,16 @@ impl Linear {
         if biased != 0 && biased != parts.len() {
             candle_core::bail!("layers side by side with and without bias");
         }
+        if parts.iter().any(|(w, _)| w.len() % inputs.max(1) != 0) {
+            candle_core::bail!("a linear weight side by side is not [rows, {inputs}]");
+        }
         let (weights, biases): (Vec<_>, Vec<_>) = parts.into_iter().unzip();
-        let bias = (biased != 0).then(|| biases.into_iter().flatten().flatten().collect());
-        Self::from_torch(weights.concat(), bias, outputs, inputs)
+        let bias: Option<Vec<f32>> = (biased != 0).then(|| biases.into_iter().flatten().flatten().collect());
+        // The parts are packed (or copied) straight from where they are: no concatenated
+        // copy of them all (a 7 B model's gate and up are 470 MB as float32).
+        let slices: Vec<&[f32]> = weights.iter().map(Vec::as_slice).collect();
+        let rows = float32::Stacked::new(&slices, inputs);
+        Self::build_with(outputs, inputs, bias, || Weight::from_stacked(rows, outputs, inputs))
     }
 
     #[inline]

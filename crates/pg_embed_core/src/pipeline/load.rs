@@ -564,14 +564,20 @@ fn shared_weights(
     let key = match remembered {
         Some(files) => KeyOf::Known(key_of(share.store, root, dir, options, files)?),
         None => {
-            // Hashed after the build, in the background; a file changed since the build
-            // read it gives no key (and no file).
+            // A file changed since the build read it gives no key (and no file).
+            // Hashed while the build runs (on another core), checked after it.
             let before = key::dir_stamps(root, dir)?;
             let (store_dir, root, dir, options) =
                 (share.store.dir().to_path_buf(), root.to_path_buf(), dir.to_path_buf(), options.clone());
-            KeyOf::Later(Box::new(move || {
+            let (hash_root, hash_dir) = (root.clone(), dir.clone());
+            let hashing = crate::threads::spawn_quiet(move || -> Result<String> {
                 let store = Store::open(&store_dir)?;
-                let key = prepared_key(&store, &root, &dir, &options, None)?;
+                prepared_key(&store, &hash_root, &hash_dir, &options, None)
+            });
+            KeyOf::Later(Box::new(move || {
+                let key = hashing
+                    .join()
+                    .map_err(|_| Error::Inference("the thread hashing the model's files panicked".into()))??;
                 if key::dir_stamps(&root, &dir)? != before {
                     return Err(Error::invalid_file(&dir, "its files changed while it loaded; no shared file written"));
                 }

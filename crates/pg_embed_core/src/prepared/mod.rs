@@ -86,7 +86,7 @@ enum Pending {
 static PENDING: AtomicUsize = AtomicUsize::new(0);
 
 /// What names a file: its key, or how to compute it when the model files' digests are not
-/// remembered yet (hashing them is then done in the background, after the build).
+/// remembered yet (the caller hashes them in the background meanwhile; this waits for it).
 pub enum KeyOf {
     Known(String),
     Later(Box<dyn FnOnce() -> Result<String> + Send>),
@@ -292,7 +292,7 @@ impl Store {
     ) -> Writing {
         let (writing, store) = (Writing::default(), Store { dir: self.dir.clone() });
         let done = writing.done.clone();
-        std::thread::spawn(move || {
+        crate::threads::spawn_quiet(move || {
             let written = (|| -> std::result::Result<PathBuf, String> {
                 let arena = arena?;
                 let (key, lock, pending) = match pending {

@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::OnceLock;
 
 use crate::cpu::{cpu, Level};
-use crate::kernels::float32::{rows_of, split_panels, Then};
+use crate::kernels::float32::{rows_of, split_panels, Stacked, Then};
 use crate::buffer::Shared;
 use crate::stages::{time, Stage, Timer};
 
@@ -266,15 +266,23 @@ impl Bf16Weight {
     /// Rounds and packs `weight`, [outputs, inputs] row-major; padding is zero.
     pub fn pack(weight: &[f32], outputs: usize, inputs: usize) -> Self {
         assert_eq!(weight.len(), outputs * inputs, "weight size");
+        Self::pack_stacked(Stacked::new(&[weight], inputs), outputs, inputs)
+    }
+
+    /// Rounds and packs the stacked rows (`outputs` of `inputs` values) as one weight.
+    pub fn pack_stacked(rows: Stacked<'_>, outputs: usize, inputs: usize) -> Self {
+        assert_eq!(rows.outputs(), outputs, "weight size");
         let pairs = inputs.div_ceil(2 * TILE_PAIRS) * TILE_PAIRS;
         let panels = outputs.div_ceil(NR);
-        let at = |o: usize, i: usize| if o < outputs && i < inputs { round(weight[o * inputs + i]) } else { 0 };
         let lines = Shared::filled(panels * pairs * 2, |lines: &mut [PairLine]| {
             crate::threads::for_blocks(lines, 2 * pairs.max(1), |panel, block| {
+                let cols: Vec<Option<&[f32]>> = (0..NR).map(|c| panel * NR + c).map(|o| (o < outputs).then(|| rows.row(o))).collect();
+                let at = |row: &[f32], i: usize| if i < inputs { round(row[i]) } else { 0 };
                 for (p, pair) in block.chunks_exact_mut(2).enumerate() {
-                    for col in 0..NR {
-                        let o = panel * NR + col;
-                        pair[col / 16].0[col % 16] = u32::from(at(o, 2 * p)) | u32::from(at(o, 2 * p + 1)) << 16;
+                    for (col, row) in cols.iter().enumerate() {
+                        if let Some(row) = row {
+                            pair[col / 16].0[col % 16] = u32::from(at(row, 2 * p)) | u32::from(at(row, 2 * p + 1)) << 16;
+                        }
                     }
                 }
             });
