@@ -121,7 +121,7 @@ impl PackedWeight {
 
     /// Back to torch's layout, [outputs, inputs] row-major.
     #[cfg(test)]
-    fn unpack(&self) -> Vec<f32> {
+    pub(crate) fn unpack(&self) -> Vec<f32> {
         let mut weight = vec![0f32; self.outputs * self.inputs];
         for (o, row) in weight.chunks_exact_mut(self.inputs.max(1)).enumerate().take(self.outputs) {
             let (panel, col) = (o / NR, o % NR);
@@ -448,25 +448,6 @@ thread_local! {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Layers side by side (Q, K and V; gate and up) pack as their concatenation does, in
-    /// both precisions, whatever the parts' row counts (panels that span two parts).
-    #[test]
-    fn stacked_parts_pack_as_their_concatenation() {
-        let inputs = 40;
-        let parts: Vec<Vec<f32>> = [45usize, 32, 19]
-            .iter()
-            .enumerate()
-            .map(|(k, &rows)| (0..rows * inputs).map(|i| ((i * 7 + k) % 13) as f32 * 0.25 - 1.5).collect())
-            .collect();
-        let slices: Vec<&[f32]> = parts.iter().map(Vec::as_slice).collect();
-        let whole = parts.concat();
-        let outputs = whole.len() / inputs;
-        let stacked = Stacked::new(&slices, inputs);
-        assert_eq!(PackedWeight::pack_stacked(stacked, outputs).unpack(), whole);
-        let bf16 = crate::kernels::bf16::Bf16Weight::pack_stacked(stacked, outputs, inputs).unpack();
-        assert_eq!(bf16, crate::kernels::bf16::Bf16Weight::pack(&whole, outputs, inputs).unpack());
-    }
 
     fn product_matches_plain_loops(rows: usize, outputs: usize, inputs: usize, threads: usize) {
         let weight: Vec<f32> = (0..outputs * inputs).map(|i| ((i * 7 % 13) as f32 - 6.0) * 0.125).collect();

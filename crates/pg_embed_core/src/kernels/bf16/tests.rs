@@ -224,3 +224,23 @@ fn dispatch_picks_the_fastest_usable_kernel() {
     assert_eq!(Kernel::from_name("amx-bf16"), Some(Kernel::Amx));
     assert_eq!(Kernel::from_name("fp8"), None);
 }
+
+/// Layers side by side (Q, K and V; gate and up) pack as their concatenation does, in
+/// both precisions, whatever the parts' row counts (panels that span two parts).
+#[test]
+fn stacked_parts_pack_as_their_concatenation() {
+    let inputs = 40;
+    let parts: Vec<Vec<f32>> = [45usize, 32, 19]
+        .iter()
+        .enumerate()
+        .map(|(k, &rows)| (0..rows * inputs).map(|i| ((i * 7 + k) % 13) as f32 * 0.25 - 1.5).collect())
+        .collect();
+    let slices: Vec<&[f32]> = parts.iter().map(Vec::as_slice).collect();
+    let whole = parts.concat();
+    let outputs = whole.len() / inputs;
+    let stacked = crate::kernels::float32::Stacked::new(&slices, inputs);
+    assert_eq!(crate::kernels::float32::PackedWeight::pack_stacked(stacked, outputs).unpack(), whole);
+    let bf16 = Bf16Weight::pack_stacked(stacked, outputs, inputs).unpack();
+    assert_eq!(bf16, Bf16Weight::pack(&whole, outputs, inputs).unpack());
+}
+
