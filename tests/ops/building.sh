@@ -49,6 +49,26 @@ q -c "SET client_min_messages = warning" \
 # embeddings, 30,522 x 1,024 float32 = 119 MB) and 64 MB.
 need_mb=$(( (2 * 30522 * 1024 * 4 + (64 << 20)) >> 20 ))
 
+# hold_budget PID: a process holding a ledger entry of the whole budget, as a build in
+# another backend does (its pid in $holder).
+hold_budget() {
+    python3 - "$LEDGER" "$budget_mb" "$1" >"$work/holder.out" 2>&1 <<'PY' &
+import fcntl, json, os, sys, time
+ledger, mb, pid = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+tmp, path = os.path.join(ledger, f"{pid}-0.tmp"), os.path.join(ledger, f"{pid}-0.build")
+f = open(tmp, "w")
+fcntl.flock(f, fcntl.LOCK_EX)
+f.write(json.dumps({"pid": pid, "bytes": mb << 20, "what": "model \"elsewhere\""}))
+f.flush()
+os.rename(tmp, path)
+print("holding", flush=True)
+time.sleep(600)
+PY
+    holder=$!
+    for _ in $(seq 1 100); do grep -q holding "$work/holder.out" && break; sleep 0.05; done
+    grep -q holding "$work/holder.out" || fail "the budget holder did not start: $(cat "$work/holder.out")"
+}
+
 # ---- 1. alone: the registering backend's private memory -----------------------------------
 start_session "$work/one" <<'SQL'
 SELECT 'anon_before ' || (regexp_match(pg_read_file('/proc/self/status'), 'RssAnon:\s+(\d+) kB'))[1];
@@ -101,21 +121,7 @@ expect_eq "both registrations give vectors" "1024 1024" \
     "$(q1 "SELECT array_length(embed('ops_big_a', 'x'), 1) || ' ' || array_length(embed('ops_big_b', 'x'), 1)")"
 
 # ---- 3. the budget held by another build ----------------------------------------------------
-# A process holding a ledger entry of the whole budget (as a build in another backend does).
-python3 - "$LEDGER" "$budget_mb" >"$work/holder.out" 2>&1 <<'PY' &
-import fcntl, json, os, sys, time
-ledger, mb = sys.argv[1], int(sys.argv[2])
-tmp, path = os.path.join(ledger, "999999-0.tmp"), os.path.join(ledger, "999999-0.build")
-f = open(tmp, "w")
-fcntl.flock(f, fcntl.LOCK_EX)
-f.write(json.dumps({"pid": 999999, "bytes": mb << 20, "what": "model \"elsewhere\""}))
-f.flush()
-os.rename(tmp, path)
-print("holding", flush=True)
-time.sleep(600)
-PY
-holder=$!
-for _ in $(seq 1 100); do grep -q holding "$work/holder.out" && break; sleep 0.05; done
+hold_budget 999999
 q -c "SET client_min_messages = warning" -c "SELECT embed.drop_model('ops_big_a')" -c "SELECT count(*) FROM embed.cache_cleanup()" >/dev/null
 err="$(q -c "SET pg_embed.building_wait = 0" -c "\\set VERBOSITY verbose" \
     -c "SELECT embed.register_model('ops_big_a', 'ops-seeded-a', '{\"max_length\": 200}')" 2>&1 || true)"
@@ -148,20 +154,7 @@ SQL
 file="$(q1 "SELECT file FROM embed.cache_files() WHERE model = 'ops_big_c' AND file LIKE '%.weights'")"
 [ -n "$file" ] || fail "no shared file of ops_big_c"
 rm -f "$file"
-python3 - "$LEDGER" "$budget_mb" >"$work/holder.out" 2>&1 <<'PY' &
-import fcntl, json, os, sys, time
-ledger, mb = sys.argv[1], int(sys.argv[2])
-tmp, path = os.path.join(ledger, "999998-0.tmp"), os.path.join(ledger, "999998-0.build")
-f = open(tmp, "w")
-fcntl.flock(f, fcntl.LOCK_EX)
-f.write(json.dumps({"pid": 999998, "bytes": mb << 20, "what": "model \"elsewhere\""}))
-f.flush()
-os.rename(tmp, path)
-print("holding", flush=True)
-time.sleep(600)
-PY
-holder=$!
-for _ in $(seq 1 100); do grep -q holding "$work/holder.out" && break; sleep 0.05; done
+hold_budget 999998
 q -c "ALTER SYSTEM SET pg_embed.building_wait = '1s'" -c "SELECT pg_reload_conf()" >/dev/null
 sleep 0.3
 q >/dev/null <<'SQL'
