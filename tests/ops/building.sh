@@ -193,8 +193,11 @@ grep -q "canceling statement due to user request" "$work/c" || fail "the cancel:
 before="$(sed -n 's/^anon_before //p' "$work/c")"
 after="$(sed -n 's/^anon_after //p' "$work/c")"
 expect_eq "the cancelled build's file, removed at once" "temporary 0" "$(grep '^temporary' "$work/c")"
-[ $(( (after - before) / 1024 )) -le 16 ] || fail "the cancelled build left +$(( (after - before) / 1024 )) MB private"
-pass "private memory after the cancel: +$(( (after - before) / 1024 )) MB"
+# The build's memory is gone (its largest tensor alone is 119 MB); what stays is the
+# tokenizer and, where the server runs with RUST_BACKTRACE set, the cancel's backtrace and
+# the symbol tables read to print it (about 30 MB, once per backend).
+[ $(( (after - before) / 1024 )) -le 64 ] || fail "the cancelled build left +$(( (after - before) / 1024 )) MB private"
+pass "private memory after the cancel: +$(( (after - before) / 1024 )) MB <= 64 MB"
 expect_eq "the cancelled registration registered nothing" 0 "$(q1 "SELECT count(*) FROM embed.models WHERE name = 'ops_big_f32'")"
 
 # ---- 6. kill -9 mid-build -------------------------------------------------------------------

@@ -221,7 +221,8 @@ pub fn peek(path: &Path) -> Result<Header> {
     if &fixed[..7] != MAGIC || json_len > 1 << 30 {
         return Err(damaged(path, "not a pg_embed prepared file"));
     }
-    let at = data_start.checked_add(data_len).ok_or_else(|| damaged(path, "sizes overflow"))?;
+    // Format 1 (pg_embed 0.6) put the description before the data: still listed by name.
+    let at = if fixed[7] == 1 { FIXED as u64 } else { data_start.checked_add(data_len).ok_or_else(|| damaged(path, "sizes overflow"))? };
     let mut json = vec![0u8; json_len as usize];
     std::os::unix::fs::FileExt::read_exact_at(&file, &mut json, at).map_err(|e| damaged(path, e))?;
     #[derive(Deserialize)]
