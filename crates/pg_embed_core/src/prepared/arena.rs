@@ -99,6 +99,7 @@ impl Sink for Arena {
             // SAFETY: pages of this mapping inside the file's allocated length.
             unsafe { libc::madvise(start as *mut libc::c_void, ptr as usize + bytes - start, MADV_POPULATE_WRITE) };
         }
+        // SAFETY: as above: `bytes` bytes of the mapping no other buffer holds.
         fill(unsafe { std::slice::from_raw_parts_mut(ptr, bytes) });
         Some((self.inner.clone(), ptr.cast_const(), offset))
     }

@@ -82,6 +82,9 @@ enum Pending {
     Later(Box<dyn FnOnce() -> Result<String> + Send>, String, File),
 }
 
+/// Parts built, and the file they were built into (or why there is none).
+type BuiltInto<P> = (Arc<P>, std::result::Result<Arc<arena::Arena>, String>);
+
 /// Numbers the `pending-` names of this process.
 static PENDING: AtomicUsize = AtomicUsize::new(0);
 
@@ -266,7 +269,7 @@ impl Store {
         name: &str,
         interrupt: &dyn Fn() -> Result<()>,
         build: impl FnOnce() -> Result<P>,
-    ) -> Result<(Arc<P>, std::result::Result<Arc<arena::Arena>, String>)> {
+    ) -> Result<BuiltInto<P>> {
         let build = || crate::threads::reusing_memory(|| crate::weights::interruptible(interrupt, build));
         match arena::Arena::create(&file::temporary_name(&self.path(name))) {
             Ok(arena) => {
