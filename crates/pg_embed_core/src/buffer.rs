@@ -137,6 +137,18 @@ impl<T: Element> Shared<T> {
     }
 }
 
+impl<T: Element> Default for Shared<T> {
+    fn default() -> Self {
+        Vec::new().into()
+    }
+}
+
+impl<T: Element + std::fmt::Debug> std::fmt::Debug for Shared<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Shared<{}>[{}{}]", std::any::type_name::<T>(), self.len(), if self.is_mapped() { ", mapped" } else { "" })
+    }
+}
+
 /// Float buffers, the common case.
 pub type Floats = Shared<f32>;
 
@@ -179,10 +191,6 @@ pub(crate) fn sinking<R>(sink: Arc<dyn Sink>, f: impl FnOnce() -> R) -> R {
     f()
 }
 
-/// Whether a sink is active on this thread (a model is being built into a file).
-pub fn sinking_now() -> bool {
-    SINK.with_borrow(Option::is_some)
-}
 
 /// The mapping buffers are restored from.
 pub(crate) struct Source {

@@ -206,13 +206,8 @@ impl Arena {
     }
 
     /// Why the file stopped growing, when it did (the buffers made after that are private).
-    pub fn failure(&self) -> Option<String> {
+    fn failure(&self) -> Option<String> {
         self.inner.state.lock().ok().and_then(|s| s.failed.clone())
-    }
-
-    /// Where the file is being written.
-    pub fn path(&self) -> &Path {
-        &self.inner.path
     }
 
     /// Ends the file: `describe` serializes the parts (placing what is not placed yet),

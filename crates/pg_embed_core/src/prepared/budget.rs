@@ -179,7 +179,7 @@ impl Ledger {
                     let _ = std::fs::remove_file(entry.path());
                 }
                 Err(_) => {
-                    if let Ok(h) = serde_json::from_slice::<Held>(&std::fs::read(entry.path()).unwrap_or_default()) {
+                    if let Ok(h) = serde_json::from_reader::<_, Held>(&file) {
                         held.push(h);
                     }
                 }

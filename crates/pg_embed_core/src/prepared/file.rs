@@ -86,6 +86,12 @@ pub(super) fn fixed_header(json_len: usize, data_start: usize, data_len: usize, 
     fixed
 }
 
+/// The fixed part's five words after the magic and format: the description's length, where
+/// the data start, their length, and the two checksums (`bytes` holds at least FIXED bytes).
+fn fixed_words(bytes: &[u8]) -> [u64; 5] {
+    std::array::from_fn(|i| u64::from_le_bytes(bytes[8 + 8 * i..16 + 8 * i].try_into().unwrap_or_default()))
+}
+
 /// `<path>.tmp.<pid>`: where a file is written before it is renamed into place.
 pub fn temporary_name(path: &Path) -> PathBuf {
     let mut name = path.as_os_str().to_owned();
@@ -145,8 +151,7 @@ fn read_description(path: &Path, bytes: &[u8]) -> Result<(Described, usize, usiz
     if bytes[7] != FORMAT {
         return Err(damaged(path, format!("format {} (this pg_embed reads {FORMAT})", bytes[7])));
     }
-    let word = |i: usize| u64::from_le_bytes(bytes[8 + 8 * i..16 + 8 * i].try_into().unwrap_or_default());
-    let (json_len, data_start, data_len, data_sum, json_sum) = (word(0), word(1), word(2), word(3), word(4));
+    let [json_len, data_start, data_len, data_sum, json_sum] = fixed_words(bytes);
     let json_start = data_start.checked_add(data_len).filter(|_| data_start >= FIXED as u64);
     if json_start.and_then(|s| s.checked_add(json_len)) != Some(bytes.len() as u64) {
         return Err(damaged(path, format!("sizes do not add up to the file's {} bytes", bytes.len())));
@@ -216,8 +221,7 @@ pub fn peek(path: &Path) -> Result<Header> {
     let mut file = File::open(path).map_err(|e| Error::shared(path, e))?;
     let mut fixed = [0u8; FIXED];
     file.read_exact(&mut fixed).map_err(|e| damaged(path, e))?;
-    let word = |i: usize| u64::from_le_bytes(fixed[8 + 8 * i..16 + 8 * i].try_into().unwrap_or_default());
-    let (json_len, data_start, data_len) = (word(0), word(1), word(2));
+    let [json_len, data_start, data_len, ..] = fixed_words(&fixed);
     if &fixed[..7] != MAGIC || json_len > 1 << 30 {
         return Err(damaged(path, "not a pg_embed prepared file"));
     }
