@@ -32,6 +32,9 @@ pub unsafe trait Element: Copy + Send + Sync + 'static {}
 // SAFETY: every bit pattern is an f32; no padding.
 unsafe impl Element for f32 {}
 
+// SAFETY: every bit pattern is an i32; no padding.
+unsafe impl Element for i32 {}
+
 /// Where the data section of a file being written or mapped starts, and the alignment of
 /// every buffer in it (a cache line: the kernels' 512-bit loads).
 pub const ALIGN: usize = 64;

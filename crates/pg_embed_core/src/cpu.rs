@@ -60,6 +60,11 @@ pub struct Cpu {
     /// AMX-BF16 and AMX-TILE, with the tile state enabled by the OS. (Whether Linux grants
     /// this process the tiles is asked only when a product first needs them.)
     pub amx_bf16: bool,
+    /// AVX512-VNNI (with `avx512`): `vpdpbusd` on 512-bit vectors, for int8 products.
+    pub avx512_vnni: bool,
+    /// AVX-VNNI (with `avx2`): `vpdpbusd` on 256-bit vectors (Alder Lake and later cores
+    /// without AVX-512), for int8 products.
+    pub avx_vnni: bool,
     /// The cap `PG_EMBED_CPU` set, if it names one.
     pub cap: Option<Level>,
     /// `PG_EMBED_CPU` when it names no level.
@@ -118,6 +123,8 @@ pub fn capped(found: Cpu, cap: Option<&str>) -> Cpu {
         avx512: found.avx512 && level >= Level::Avx512,
         avx512_bf16: found.avx512_bf16 && level >= Level::Avx512Bf16,
         amx_bf16: found.amx_bf16 && level >= Level::Amx,
+        avx512_vnni: found.avx512_vnni && level >= Level::Avx512,
+        avx_vnni: found.avx_vnni && level >= Level::Avx2,
         cap: Some(level),
         unknown_cap: None,
     }
@@ -131,11 +138,13 @@ pub fn describe() -> String {
     let mut s = format!("{}: {}", brand(), c.level().name());
     let has = |on: bool, name: &str| if on { name.to_string() } else { format!("no {name}") };
     s += &format!(
-        " ({}, {}, {}, {})",
+        " ({}, {}, {}, {}, {}, {})",
         has(found.avx2, "avx2"),
         has(found.avx512, "avx512"),
         has(found.avx512_bf16, "avx512-bf16"),
-        has(found.amx_bf16, "amx")
+        has(found.amx_bf16, "amx"),
+        has(found.avx512_vnni, "avx512-vnni"),
+        has(found.avx_vnni, "avx-vnni")
     );
     if let Some(level) = c.cap {
         s += &format!("; capped by PG_EMBED_CPU={}", level.name());
@@ -164,7 +173,9 @@ fn detected() -> Cpu {
         let edx = if __cpuid_count(0, 0).eax >= 7 { __cpuid_count(7, 0).edx } else { 0 };
         let amx_cpu = edx & (1 << 22) != 0 && edx & (1 << 24) != 0;
         let amx_bf16 = avx512_bf16 && amx_cpu && xcr0() & (0b11 << 17) == 0b11 << 17;
-        Cpu { avx2, avx512, avx512_bf16, amx_bf16, cap: None, unknown_cap: None }
+        let avx512_vnni = avx512 && is_x86_feature_detected!("avx512vnni");
+        let avx_vnni = avx2 && is_x86_feature_detected!("avxvnni");
+        Cpu { avx2, avx512, avx512_bf16, amx_bf16, avx512_vnni, avx_vnni, cap: None, unknown_cap: None }
     }
     #[cfg(not(target_arch = "x86_64"))]
     Cpu::default()
@@ -211,7 +222,16 @@ mod tests {
     use super::*;
 
     fn all() -> Cpu {
-        Cpu { avx2: true, avx512: true, avx512_bf16: true, amx_bf16: true, cap: None, unknown_cap: None }
+        Cpu {
+            avx2: true,
+            avx512: true,
+            avx512_bf16: true,
+            amx_bf16: true,
+            avx512_vnni: true,
+            avx_vnni: true,
+            cap: None,
+            unknown_cap: None,
+        }
     }
 
     #[test]

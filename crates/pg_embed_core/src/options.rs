@@ -54,13 +54,16 @@ pub struct Options {
 
 /// `precision`: float32, exactly as the reference computes; or bfloat16, where the
 /// backbone's linear layers keep their weights in bfloat16, round their inputs to it and
-/// add in float32 (norms, softmax, activations, attention, pooling and heads stay float32).
+/// add in float32 (norms, softmax, activations, attention, pooling and heads stay float32);
+/// or int8, where those layers' weights and inputs are quantized to int8 in groups of 32
+/// inputs and summed exactly in int32 (`crate::kernels::int8`), the rest as in bfloat16.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Precision {
     #[default]
     Float32,
     Bfloat16,
+    Int8,
 }
 
 impl Precision {
@@ -68,6 +71,7 @@ impl Precision {
         match self {
             Precision::Float32 => "float32",
             Precision::Bfloat16 => "bfloat16",
+            Precision::Int8 => "int8",
         }
     }
 }
@@ -191,7 +195,7 @@ mod tests {
         ] {
             assert_eq!(Options::from_json(&json!({"long_input": text})).unwrap().long_input, Some(mode));
         }
-        for (text, precision) in [("float32", Precision::Float32), ("bfloat16", Precision::Bfloat16)] {
+        for (text, precision) in [("float32", Precision::Float32), ("bfloat16", Precision::Bfloat16), ("int8", Precision::Int8)] {
             assert_eq!(Options::from_json(&json!({"precision": text})).unwrap().precision, Some(precision));
         }
     }

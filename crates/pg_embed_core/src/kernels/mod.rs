@@ -10,6 +10,11 @@
 //!   layout ([`bf16::Bf16Weight`]), the choice of kernel and the driver that runs one over
 //!   blocks of rows and panels; one file per kernel: `amx.rs` (`amx-bf16`), `avx512.rs`
 //!   (`avx512-bf16`) and `portable.rs` (`portable`); their tests in `tests.rs`.
+//! - `int8/`: the int8 products (precision "int8"): weights quantized once in groups of
+//!   32 inputs, input rows quantized as the product runs, exact int32 sums per group.
+//!   `int8/mod.rs` holds the method, the packed layout ([`int8::Int8Weight`]), the choice of
+//!   kernel and the driver; `portable.rs` and `vnni.rs` (`avx512-vnni`, `avx-vnni`) the
+//!   kernels, which agree bit for bit.
 //! - `attention.rs`: attention's float32 products for one head (scores and context) on
 //!   CPUs with AVX-512F; elsewhere `layers::attention` uses the `gemm` crate.
 //!
@@ -27,6 +32,9 @@
 //!   `amx-bf16` where the CPU has AMX and Linux grants the tile state, else `avx512-bf16`
 //!   where it has AVX512-BF16, else `portable`. `PG_EMBED_BF16_KERNEL` asks for a slower one;
 //!   [`bf16::force`] overrides it in tests.
+//! - int8: [`int8::dispatch`] picks `avx512-vnni`, else `avx-vnni`, else `portable-int8`,
+//!   each vector kernel only after it matched `portable-int8` on a self-check product;
+//!   `PG_EMBED_INT8_KERNEL` asks for a slower one, [`int8::force`] overrides it in tests.
 //! - The element-wise code (the portable kernel among it) is compiled three times by
 //!   `layers`' `dispatch!` (AVX-512, AVX2 + FMA, baseline); the widest the CPU has runs.
 
@@ -34,3 +42,4 @@
 pub mod attention;
 pub mod bf16;
 pub mod float32;
+pub mod int8;

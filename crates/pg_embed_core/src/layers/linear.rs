@@ -10,7 +10,7 @@
 use gemm::Parallelism;
 
 use super::scratch::{for_rows, Buf, Share};
-use crate::kernels::{bf16, float32};
+use crate::kernels::{bf16, float32, int8};
 use crate::options::Precision;
 use crate::buffer::Floats;
 
@@ -49,6 +49,8 @@ pub enum Weight {
     Packed(float32::PackedWeight),
     /// bfloat16 panels of 32 output columns for `crate::kernels::bf16` (precision "bfloat16").
     Bf16(bf16::Bf16Weight),
+    /// int8 panels of 32 output columns for `crate::kernels::int8` (precision "int8").
+    Int8(int8::Int8Weight),
 }
 
 impl Weight {
@@ -57,6 +59,7 @@ impl Weight {
     pub fn from_torch(weight: Vec<f32>, outputs: usize, inputs: usize) -> Self {
         match PRECISION.get() {
             Precision::Bfloat16 => Weight::Bf16(bf16::Bf16Weight::pack(&weight, outputs, inputs)),
+            Precision::Int8 => Weight::Int8(int8::Int8Weight::pack(&weight, outputs, inputs)),
             Precision::Float32 => Self::with_layout(weight, outputs, inputs, float32::available()),
         }
     }
@@ -65,6 +68,7 @@ impl Weight {
     fn from_stacked(rows: float32::Stacked<'_>, outputs: usize, inputs: usize) -> Self {
         match PRECISION.get() {
             Precision::Bfloat16 => Weight::Bf16(bf16::Bf16Weight::pack_stacked(rows, outputs, inputs)),
+            Precision::Int8 => Weight::Int8(int8::Int8Weight::pack_stacked(rows, outputs, inputs)),
             Precision::Float32 if float32::available() => Weight::Packed(float32::PackedWeight::pack_stacked(rows, outputs)),
             Precision::Float32 => Weight::Torch(Floats::filled(outputs * inputs, |dst| {
                 for (o, out) in dst.chunks_exact_mut(inputs.max(1)).enumerate() {
@@ -87,6 +91,7 @@ impl Weight {
         match self {
             Weight::Packed(p) => p.panel_count(),
             Weight::Bf16(p) => p.panel_count(),
+            Weight::Int8(p) => p.panel_count(),
             Weight::Torch(_) => outputs.div_ceil(UNIT),
         }
     }
@@ -223,6 +228,7 @@ impl Linear {
         match &self.weight {
             Weight::Packed(p) => return p.product(x, bias, residual, then, out, threads),
             Weight::Bf16(p) => return p.product(x, bias, residual, then, out, threads),
+            Weight::Int8(p) => return p.product(x, bias, residual, then, out, threads),
             Weight::Torch(weight) => torch_product(x, weight, out, n, k, threads),
         }
         add_bias(out, n, bias, residual);
@@ -261,6 +267,8 @@ impl Linear {
             Weight::Packed(p) => unsafe { p.product_panels(x, bias, residual, then, out.ptr, rows, units) },
             // SAFETY: as above.
             Weight::Bf16(p) => unsafe { p.product_panels(x, bias, residual, then, out.ptr, rows, units) },
+            // SAFETY: as above.
+            Weight::Int8(p) => unsafe { p.product_panels(x, bias, residual, then, out.ptr, rows, units) },
             Weight::Torch(w) => {
                 let columns = (units.start * UNIT).min(n)..(units.end * UNIT).min(n);
                 // SAFETY: as the caller promises; the step's chunks are disjoint columns.
@@ -269,10 +277,10 @@ impl Linear {
         });
     }
 
-    /// Whether the weight is in panels a team can share out (float32 or bfloat16).
+    /// Whether the weight is in panels a team can share out (float32, bfloat16 or int8).
     #[inline]
     pub(crate) fn is_packed(&self) -> bool {
-        matches!(self.weight, Weight::Packed(_) | Weight::Bf16(_))
+        matches!(self.weight, Weight::Packed(_) | Weight::Bf16(_) | Weight::Int8(_))
     }
 }
 

@@ -270,6 +270,7 @@ impl Pipeline {
             crate::options::Precision::Float32 if float32::available() => "avx512-float32".into(),
             crate::options::Precision::Float32 => "gemm-float32".into(),
             crate::options::Precision::Bfloat16 => bf16::dispatch().describe(),
+            crate::options::Precision::Int8 => crate::kernels::int8::dispatch().describe(),
         }
     }
 

@@ -460,11 +460,11 @@ impl Bf16Weight {
 /// `cols` (<= 32) columns are read and written.
 #[derive(Clone, Copy)]
 pub(crate) struct Dest {
-    out: *mut f32,
-    ld: usize,
-    cols: usize,
-    bias: *const f32,
-    residual: *const f32,
+    pub(crate) out: *mut f32,
+    pub(crate) ld: usize,
+    pub(crate) cols: usize,
+    pub(crate) bias: *const f32,
+    pub(crate) residual: *const f32,
 }
 
 /// The buffers of a product, reused across calls on a thread.
