@@ -522,9 +522,15 @@ def deviation(f32_rows, bf16_rows):
             "torch_mean_cosine": float(np.mean(cosines))}
 
 
-def measure(rel):
+def measure(rel, simulation=None, label=AUTOCAST, what="bfloat16"):
+    """The model's deviation under `simulation()` (a context manager; default: the autocast)
+    from its float32 run; `label` and `what` name the simulation in messages."""
     import numpy as np
     import torch
+
+    if simulation is None:
+        def simulation():
+            return torch.autocast("cpu", dtype=torch.bfloat16)
 
     ref = reference(rel)
     texts = TEXTS if "texts" in ref.takes else []
@@ -544,19 +550,19 @@ def measure(rel):
         entry["rows"] = len(f32)
         entry["dim"] = int(f32[0].size)
         try:
-            with torch.autocast("cpu", dtype=torch.bfloat16):
+            with simulation():
                 bf16 = ref.run(texts, images)
         except Exception as e:  # noqa: BLE001 - recorded, and reported on stderr
-            entry["skipped"] = f"the reference fails under {AUTOCAST}: {type(e).__name__}: {str(e).splitlines()[0]}"
+            entry["skipped"] = f"the reference fails under {label}: {type(e).__name__}: {str(e).splitlines()[0]}"
             return entry
     if len(bf16) != len(f32) or any(a.shape != b.shape for a, b in zip(f32, bf16)):
-        raise SystemExit(f"{rel}: bfloat16 outputs have other shapes")
+        raise SystemExit(f"{rel}: {what} outputs have other shapes")
     if not all(np.all(np.isfinite(r)) for r in f32 + bf16):
         entry["skipped"] = "non-finite outputs"
         return entry
     entry.update(deviation(f32, bf16))
     if entry["torch_max_abs"] == 0.0:
-        raise SystemExit(f"{rel}: bfloat16 outputs equal float32 ones: autocast did not apply")
+        raise SystemExit(f"{rel}: {what} outputs equal float32 ones: {label} did not apply")
     return entry
 
 

@@ -21,19 +21,20 @@ use crate::safetensors_io::{read_header, safetensors_shapes};
 /// size of the server's shared prepared file (and of each backend's private copy when
 /// sharing is off). Read from the safetensors headers only (nothing is
 /// allocated for the tensors): every tensor of every safetensors file, sub-folders
-/// included, as float32; in bfloat16, the backbone's linear weights (the 2-D tensors of its
-/// model.safetensors that are not embedding tables or classifier layers, see
-/// [`packed_in_bfloat16`]) as bfloat16. The kernels' padding of a weight's outputs to
+/// included, as float32; in bfloat16 and int8, the backbone's linear weights (the 2-D
+/// tensors of its model.safetensors that are not embedding tables or classifier layers, see
+/// [`packed_linear`]) as bfloat16 (2 bytes a weight), or as int8 with a float32 scale
+/// and an int32 offset per 32 weights (1.25 bytes a weight). The kernels' padding of a weight's outputs to
 /// panels of 32 is not counted (under 1 % for real models).
 pub fn prepared_bytes(dir: &Path, precision: Precision) -> Result<u64> {
     // The backbone's folder: where bfloat16 packs the linear weights (an unreadable layout is
     // an error then), and where LoRA task adapters add a copy of the backbone each.
     let bdir = match crate::st::Layout::read(dir) {
         Ok(layout) => Some(layout.backbone_dir),
-        Err(e) if precision == Precision::Bfloat16 => return Err(e),
+        Err(e) if precision != Precision::Float32 => return Err(e),
         Err(_) => None,
     };
-    let backbone = bdir.as_deref().filter(|_| precision == Precision::Bfloat16);
+    let backbone = bdir.as_deref().filter(|_| precision != Precision::Float32);
     let mut total = 0u64;
     for path in crate::files::files_under(dir, |_| Ok(()))? {
         if path.extension().is_some_and(|e| e == "safetensors") {
@@ -41,7 +42,8 @@ pub fn prepared_bytes(dir: &Path, precision: Precision) -> Result<u64> {
                 path.parent() == Some(b)
                     && path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("model"))
             });
-            total = total.saturating_add(safetensors_prepared_bytes(&path, is_backbone)?);
+            let packed = if is_backbone { precision } else { Precision::Float32 };
+            total = total.saturating_add(safetensors_prepared_bytes(&path, packed)?);
         }
     }
     // LoRA task adapters: a copy of the backbone per task (`crate::lora`).
@@ -74,29 +76,36 @@ pub fn largest_tensor_bytes(dir: &Path) -> Result<u64> {
 pub fn checkpoint_bytes(bdir: &Path, precision: Precision) -> Result<u64> {
     let mut total = 0u64;
     for path in backbone_files(bdir)? {
-        total = total.saturating_add(safetensors_prepared_bytes(&path, precision == Precision::Bfloat16)?);
+        total = total.saturating_add(safetensors_prepared_bytes(&path, precision)?);
     }
     Ok(total)
 }
 
-/// Whether the backbone loaded in bfloat16 keeps the tensor `name` of shape `shape` in
-/// bfloat16: its linear layers' weights. Embedding tables (and T5's relative position
+/// Whether the backbone loaded in bfloat16 or int8 keeps the tensor `name` of shape `shape`
+/// in that precision: its linear layers' weights. Embedding tables (and T5's relative position
 /// table), norms, biases, convolutions and the classification head stay float32.
-fn packed_in_bfloat16(name: &str, shape: &[u64]) -> bool {
+fn packed_linear(name: &str, shape: &[u64]) -> bool {
     const FLOAT32: [&str; 7] = ["embed", "wte", "wpe", "shared", "relative_attention_bias", "classifier", "score"];
     shape.len() == 2 && !FLOAT32.iter().any(|part| name.contains(part))
 }
 
 /// Bytes of all tensors of a safetensors file once prepared, from its header (see
-/// [`safetensors_shapes`]): float32, or bfloat16 for the linear weights of a backbone
-/// loaded in bfloat16 (`bfloat16`).
-fn safetensors_prepared_bytes(path: &Path, bfloat16: bool) -> Result<u64> {
+/// [`safetensors_shapes`]): float32, or for the linear weights of a backbone loaded in
+/// `precision`, that precision's bytes (int8: a float32 scale and an int32 offset per 32
+/// weights as well).
+fn safetensors_prepared_bytes(path: &Path, precision: Precision) -> Result<u64> {
     let mut total = 0u64;
     for (name, shape) in safetensors_shapes(path)? {
-        let size = if bfloat16 && packed_in_bfloat16(&name, &shape) { 2 } else { 4 };
+        // Bytes per 32 values.
+        let size = match precision {
+            Precision::Bfloat16 if packed_linear(&name, &shape) => 64,
+            Precision::Int8 if packed_linear(&name, &shape) => 40,
+            _ => 128,
+        };
         let elements = shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d));
         total = elements
             .and_then(|n| n.checked_mul(size))
+            .map(|b| b.div_ceil(32))
             .and_then(|b| total.checked_add(b))
             .ok_or_else(|| Error::invalid_file(path, format!("{name}: shape {shape:?} overflows")))?;
     }
@@ -402,7 +411,7 @@ pub fn layer_norm(vb: &VarBuilder, width: usize, eps: f64, bias: bool) -> candle
 
 #[cfg(test)]
 mod tests {
-    use crate::options::Precision::{Bfloat16, Float32};
+    use crate::options::Precision::{Bfloat16, Float32, Int8};
 
     #[test]
     fn prepared_bytes_read_from_headers() {
@@ -418,6 +427,9 @@ mod tests {
         let half = super::prepared_bytes(&dir, Bfloat16).unwrap();
         let linear: u64 = 6 * (4 * 384 * 384 + 2 * 384 * 1536) + 384 * 384;
         assert_eq!(bytes - half, 2 * linear, "{bytes} {half}");
+        // int8: 1 byte a value, and 8 bytes (a scale, an offset) per 32 values.
+        let int8 = super::prepared_bytes(&dir, Int8).unwrap();
+        assert_eq!(bytes - int8, 4 * linear - linear * 40 / 32, "{bytes} {int8}");
         let tmp = std::env::temp_dir().join(format!("pg_embed_wb_{}", std::process::id()));
         std::fs::create_dir_all(&tmp).unwrap();
         std::fs::write(tmp.join("model.safetensors"), u64::MAX.to_le_bytes()).unwrap();

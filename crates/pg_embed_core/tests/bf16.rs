@@ -8,71 +8,29 @@
 mod common;
 
 use std::collections::BTreeMap;
+
+use common::deviation::{self, divergence, key, Deviation, Divergence, Reference};
 use std::sync::Mutex;
 
 use common::*;
 use pg_embed_core::kernels::bf16::{self, Kernel};
 use pg_embed_core::options::{Options, Precision};
 use pg_embed_core::pipeline::Pipeline;
-use serde::Deserialize;
 
 /// Forcing a kernel is process-wide: every test here takes its turn, so each knows which
 /// kernel ran.
 static FORCING: Mutex<()> = Mutex::new(());
 
-#[derive(Deserialize)]
-struct Reference {
-    inputs: Inputs,
-    models: BTreeMap<String, Deviation>,
-}
-
-#[derive(Deserialize)]
-struct Inputs {
-    texts: Vec<String>,
-}
-
-#[derive(Deserialize)]
-struct Deviation {
-    output: String,
-    torch_max_abs: f32,
-    torch_min_cosine: f32,
-}
-
-/// How far one run's outputs are from another's: the largest element-wise difference and
-/// the smallest cosine over the rows (a 1-label row's "cosine" is the agreement of signs).
-#[derive(Clone, Copy, Debug)]
-struct Divergence {
-    max_abs: f32,
-    min_cos: f32,
-}
-
-fn divergence(got: &[Vec<f32>], want: &[Vec<f32>]) -> Divergence {
-    assert_eq!(got.len(), want.len());
-    let (mut max_abs, mut min_cos) = (0f32, 1f32);
-    for (g, w) in got.iter().zip(want) {
-        max_abs = max_abs.max(max_abs_diff(g, w));
-        min_cos = min_cos.min(if w.len() == 1 { (g[0] * w[0]).signum() } else { cosine(g, w) });
-    }
-    Divergence { max_abs, min_cos }
-}
-
-impl Deviation {
-    /// Whether a bfloat16 run that is `d` from the float32 one stays within what PyTorch's
-    /// own bfloat16 run moves the model: element-wise at most 2.5x PyTorch's max abs
-    /// difference; for embeddings, 1 - cosine at most 4x PyTorch's (a logit row of 1 to 3
-    /// labels has no useful cosine). See the test below for where these come from.
-    fn allows(&self, d: Divergence) -> bool {
-        d.max_abs <= MAX_ABS_FACTOR * self.torch_max_abs
-            && (self.output != "embedding" || 1.0 - d.min_cos <= 4.0 * (1.0 - self.torch_min_cosine))
-    }
-}
-
 /// The element-wise bound's factor on PyTorch's max abs difference (see the every-model test).
 const MAX_ABS_FACTOR: f32 = 2.5;
 
 fn reference() -> Reference {
-    let path = root().join("tests/fixtures/bf16_reference.json");
-    serde_json::from_slice(&std::fs::read(&path).unwrap()).expect("bf16 reference parses")
+    deviation::reference("bf16_reference.json")
+}
+
+/// The bound: PyTorch's bfloat16 deviation times these (see the every-model test).
+fn allows(torch: &Deviation, d: Divergence) -> bool {
+    torch.allows(d, MAX_ABS_FACTOR, 4.0)
 }
 
 fn bf16_options() -> Options {
@@ -81,15 +39,6 @@ fn bf16_options() -> Options {
 
 fn no_interrupt() -> pg_embed_core::error::Result<()> {
     Ok(())
-}
-
-/// The reference file's key of a model folder.
-fn key(dir: &std::path::Path) -> String {
-    if dir.ends_with("models/all-MiniLM-L6-v2") {
-        return "minilm".into();
-    }
-    let repo = root().canonicalize().unwrap();
-    dir.canonicalize().unwrap().strip_prefix(&repo).unwrap().display().to_string()
 }
 
 #[test]
@@ -157,7 +106,7 @@ fn every_model_in_bfloat16_moves_no_more_than_pytorch_bfloat16_does() {
             torch.torch_min_cosine
         );
         assert!(d.max_abs > 0.0, "{name}: bfloat16 changed nothing: were the weights rounded?");
-        if !torch.allows(d) {
+        if !allows(torch, d) {
             failed.push(name);
         }
         checked += 1;
@@ -212,7 +161,7 @@ fn forced_kernels_stay_within_pytorchs_bfloat16_deviation() {
         bf16::force(None).unwrap();
         for (kernel, got) in &by_kernel {
             let d = divergence(got, &want);
-            let verdict = if torch.allows(d) { "within" } else { "BEYOND" };
+            let verdict = if allows(torch, d) { "within" } else { "BEYOND" };
             eprintln!(
                 "{name}: {} vs float32: max abs {:.2e}, min cosine {:.8}: {verdict} the bound (max abs {:.2e}, min cosine {:.8})",
                 kernel.name(),
@@ -221,7 +170,7 @@ fn forced_kernels_stay_within_pytorchs_bfloat16_deviation() {
                 MAX_ABS_FACTOR * torch.torch_max_abs,
                 1.0 - 4.0 * (1.0 - torch.torch_min_cosine)
             );
-            if !torch.allows(d) {
+            if !allows(torch, d) {
                 failed.push(format!("{name}: {}", kernel.name()));
             }
         }

@@ -14,6 +14,9 @@ use pg_embed_core::pipeline::Pipeline;
 /// tests/fixtures/decoders' layout).
 pub mod golden_set;
 
+/// PyTorch's deviation in a lower precision, and the bound it sets.
+pub mod deviation;
+
 #[derive(Deserialize)]
 pub struct Golden {
     pub max_seq_length: usize,
