@@ -115,7 +115,7 @@ pub fn register() {
     );
     GucRegistry::define_int_guc(
         c"pg_embed.max_model_size",
-        c"Largest model the server loads: its prepared weights in the model's precision (float32 or bfloat16), in MB (0: no limit).",
+        c"Largest model the server loads: its prepared weights in the model's precision (float32, bfloat16 or int8), in MB (0: no limit).",
         c"One copy of them is the shared file every backend maps (pg_embed.cache_dir), and the private memory of the backend that builds it (of every backend when pg_embed.cache_dir is ''). Checked from the safetensors headers before any weight is read, so a model over the limit is an ERROR, not an out-of-memory server. Superuser only.",
         &MAX_MODEL_SIZE,
         0,

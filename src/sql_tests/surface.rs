@@ -259,7 +259,7 @@ mod tests {
         Spi::run("SET pg_embed.model_dir = '/'").unwrap();
     }
 
-    #[pg_test(error = "invalid options: unknown variant `float16`, expected `float32` or `bfloat16`")]
+    #[pg_test(error = "invalid options: unknown variant `float16`, expected one of `float32`, `bfloat16`, `int8`")]
     fn register_unknown_precision() {
         Spi::run("SELECT embed.register_model('x', 'all-MiniLM-L6-v2', '{\"precision\": \"float16\"}')").unwrap();
     }

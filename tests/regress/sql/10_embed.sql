@@ -133,12 +133,25 @@ FROM (VALUES ('How do I bake homemade bread?'), ('Which planets have rings?'),
 CROSS JOIN LATERAL (
     SELECT id FROM docs ORDER BY emb <=> embed('minilm_bf16', q.query)::vector(384) LIMIT 1
 ) AS d;
+-- precision "int8": the same nearest neighbours, vectors within cosine 0.997 of float32's.
+SELECT (embed.register_model('minilm_int8', 'all-MiniLM-L6-v2', '{"precision": "int8"}')) ->> 'precision' AS precision;
+SELECT id, 1 - (emb <=> embed('minilm_int8', body)::vector(384)) >= 0.997 AS cosine_to_float32_ok,
+       embed('minilm_int8', body) <> embed('minilm', body) AS quantized
+FROM docs ORDER BY id;
+SELECT q.query, d.id
+FROM (VALUES ('How do I bake homemade bread?'), ('Which planets have rings?'),
+             ('Who won the football game?'), ('Why does my code not compile?')) AS q(query)
+CROSS JOIN LATERAL (
+    SELECT id FROM docs ORDER BY emb <=> embed('minilm_int8', q.query)::vector(384) LIMIT 1
+) AS d;
 SELECT name, precision,
        CASE precision WHEN 'float32' THEN kernel IN ('avx512-float32', 'gemm-float32')
+                      WHEN 'int8' THEN kernel ~ '^(avx512-vnni|avx-vnni|portable-int8)( \(.*\))?$'
                       ELSE kernel ~ '^(amx-bf16|avx512-bf16|portable)( \(.*\))?$' END AS known_kernel
 FROM embed.loaded_models() WHERE name LIKE 'minilm%' ORDER BY name;
-SELECT pg_temp.err($$SELECT embed.register_model('x', 'all-MiniLM-L6-v2', '{"precision": "int8"}')$$);
+SELECT pg_temp.err($$SELECT embed.register_model('x', 'all-MiniLM-L6-v2', '{"precision": "float16"}')$$);
 SELECT embed.drop_model('minilm_bf16');
+SELECT embed.drop_model('minilm_int8');
 
 DROP TABLE docs;
 DROP ROLE regress_embed_user;
