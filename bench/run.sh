@@ -4,20 +4,23 @@
 # bfloat16 ('minilm_bf16': the same source registered with {"precision": "bfloat16"}),
 # pg_embed's pipeline called from Rust (bench/pipeline.rs, float32), sentence-transformers
 # (PyTorch CPU) in float32 and under torch.autocast("cpu", dtype=torch.bfloat16), ONNX Runtime
-# float32 and ONNX Runtime int8 (dynamic quantization), all with the same thread count, in one
-# run, with the machine's FMA peak measured in the same run. Prints the CPU and its AVX-512 /
-# AMX flags, sentences/s, single-sentence p50/p99, useful GFLOP/s and % of peak per system,
-# the accuracy of every system's corpus vectors (min and mean cosine against float32
-# sentence-transformers' vectors of the same corpus), the ratios, backend RSS after load and
-# after 10,000 calls for both pg_embed models, and the load time; writes
-# bench/results/<commit>-<time>.json. Not part of the tests; asserts nothing.
+# float32 and ONNX Runtime int8 (dynamic quantization), and OpenVINO float32, bf16 and int8
+# (static quantization) when bench/.venv-openvino exists (bash bench/openvino_env.sh), all with
+# the same thread count, in one run, with the machine's FMA peak measured in the same run.
+# Prints the CPU and its AVX-512 / AMX flags, sentences/s, single-sentence p50/p99, useful
+# GFLOP/s and % of peak per system, the accuracy of every system's corpus vectors (min and mean
+# cosine against float32 sentence-transformers' vectors of the same corpus), the ratios,
+# backend RSS after load and after 10,000 calls for both pg_embed models, and the load time;
+# writes bench/results/<commit>-<time>.json. Not part of the tests; asserts nothing.
 #
 #   bench/run.sh [threads]        (default: the machine's cores)
 #
 # Needs a running server with the model registered as 'minilm' (`make demo`; another port
 # with PG_EMBED_PORT=...). 'minilm_bf16' is (re-)registered from minilm's source and options
 # plus {"precision": "bfloat16"}; the run stops if that registration fails. The Python
-# baselines install into bench/.venv (ignored) on first use.
+# baselines install into bench/.venv (ignored) on first use; the OpenVINO ones run only when
+# bench/.venv-openvino exists (built by bench/openvino_env.sh, never here: the run says so and
+# goes on without their rows, as it does if they fail).
 set -euo pipefail
 # shellcheck source=scripts/env.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/env.sh"
@@ -146,6 +149,16 @@ step "baselines ($THREADS threads): sentence-transformers float32 and bf16 autoc
 "$VENV/bin/python" "$BENCH/baselines.py" --model "$REPO/models/all-MiniLM-L6-v2" --corpus "$CORPUS" \
     --threads "$THREADS" --systems st,st_bf16,ort,ort_int8 --save-reference "$RUNS/reference.npy" \
     2>/dev/null >"$RUNS/baselines.json"
+OV_VENV="$BENCH/.venv-openvino"
+if [ -x "$OV_VENV/bin/python" ]; then
+    step "OpenVINO baselines ($THREADS threads, $OV_VENV): float32, bf16 hint, int8 static"
+    "$OV_VENV/bin/python" "$BENCH/baselines.py" --model "$REPO/models/all-MiniLM-L6-v2" --corpus "$CORPUS" \
+        --threads "$THREADS" --systems ov,ov_bf16,ov_int8 --reference "$RUNS/reference.npy" \
+        2>"$RUNS/openvino.err" >>"$RUNS/baselines.json" \
+        || { tail -n 5 "$RUNS/openvino.err" | sed 's/^/    /'; info "the OpenVINO baselines failed: no OpenVINO rows"; }
+else
+    info "no $OV_VENV (bash bench/openvino_env.sh builds it): no OpenVINO rows"
+fi
 
 commit="$(git -C "$REPO" rev-parse --short HEAD)"
 result="$OUT/$commit-$(date -u +%Y%m%dT%H%M%SZ).json"
@@ -208,8 +221,13 @@ for label, p in (("pg_embed float32 (minilm)", fp), ("pg_embed bfloat16 (minilm_
 table.append({"system": "pg_embed pipeline from Rust (float32)", "batch": rs["sentences_per_s"], "per_row": None,
               "p50": rs["single_p50_ms"], "p99": rs["single_p99_ms"], "min_cos": None, "mean_cos": None})
 for key, label in (("ort", "ONNX Runtime float32"), ("ort_int8", "ONNX Runtime int8 dynamic"),
-                   ("st", "sentence-transformers float32"), ("st_bf16", "sentence-transformers bf16 autocast")):
+                   ("st", "sentence-transformers float32"), ("st_bf16", "sentence-transformers bf16 autocast"),
+                   ("ov", "OpenVINO float32"), ("ov_bf16", "OpenVINO bf16 hint"), ("ov_int8", "OpenVINO int8 static")):
+    if key not in baselines:  # the OpenVINO rows: only with bench/.venv-openvino
+        continue
     b = baselines[key]
+    if key == "ov_bf16" and b["inference_precision_hint"] != "bf16":
+        label += f" (ran {b['inference_precision_hint']})"
     table.append({"system": label, "batch": b["sentences_per_s"], "per_row": None, "batch_size": b["best_batch"],
                   "p50": b["single_p50_ms"], "p99": b["single_p99_ms"],
                   "min_cos": b["min_cos_vs_st_fp32"], "mean_cos": b["mean_cos_vs_st_fp32"]})
@@ -235,6 +253,11 @@ for label, p in pg.items():
 q = ort8.get("quantization", {})
 print(f"ORT int8: quantize_dynamic, weights {q.get('weight_type')}, per_channel={q.get('per_channel')}, "
       f"reduce_range={q.get('reduce_range')}, op types {q.get('op_types_to_quantize')}, activations {q.get('activations')}")
+if "ov_int8" in baselines:
+    q = baselines["ov_int8"]["quantization"]
+    print(f"OpenVINO int8: {q['function']}, preset {q['preset']}, SmoothQuant alpha {q['smooth_quant_alpha_matmul']}, "
+          f"weights: {q['weights']}; activations: {q['activations']}; calibration: {q['calibration']['sentences']} "
+          f"generated sentences; {q['file_mb']:.1f} MB")
 
 arr, row = fp["array"]["sentences_per_s"], fp["per_row"]
 ratios = {
@@ -251,6 +274,9 @@ ratios = {
     "sentence-transformers bf16 autocast / float32 (batch)": st16["sentences_per_s"] / st["sentences_per_s"],
     "ORT int8 / float32 (batch)": ort8["sentences_per_s"] / ort["sentences_per_s"],
 }
+if "ov" in baselines and "ov_int8" in baselines:
+    ratios["OpenVINO float32 / ORT float32 (batch)"] = baselines["ov"]["sentences_per_s"] / ort["sentences_per_s"]
+    ratios["OpenVINO int8 / float32 (batch)"] = baselines["ov_int8"]["sentences_per_s"] / baselines["ov"]["sentences_per_s"]
 print()
 for k, v in ratios.items():
     print(f"{k:56} {v:6.2f}")
