@@ -13,8 +13,8 @@
 //! - `int8/`: the int8 products (precision "int8"): weights quantized once in groups of
 //!   32 inputs, input rows quantized as the product runs, exact int32 sums per group.
 //!   `int8/mod.rs` holds the method, the packed layout ([`int8::Int8Weight`]), the choice of
-//!   kernel and the driver; `portable.rs` and `vnni.rs` (`avx512-vnni`, `avx-vnni`) the
-//!   kernels, which agree bit for bit.
+//!   kernel and the driver; `portable.rs`, `avx2.rs` and `vnni.rs` (`avx512-vnni`,
+//!   `avx-vnni`) the kernels, which agree bit for bit.
 //! - `attention.rs`: attention's float32 products for one head (scores and context) on
 //!   CPUs with AVX-512F; elsewhere `layers::attention` uses the `gemm` crate.
 //!
@@ -32,7 +32,8 @@
 //!   `amx-bf16` where the CPU has AMX and Linux grants the tile state, else `avx512-bf16`
 //!   where it has AVX512-BF16, else `portable`. `PG_EMBED_BF16_KERNEL` asks for a slower one;
 //!   [`bf16::force`] overrides it in tests.
-//! - int8: [`int8::dispatch`] picks `avx512-vnni`, else `avx-vnni`, else `portable-int8`,
+//! - int8: [`int8::dispatch`] picks `avx512-vnni`, else `avx-vnni`, else `avx2-int8`, else
+//!   `portable-int8`,
 //!   each vector kernel only after it matched `portable-int8` on a self-check product;
 //!   `PG_EMBED_INT8_KERNEL` asks for a slower one, [`int8::force`] overrides it in tests.
 //! - The element-wise code (the portable kernel among it) is compiled three times by

@@ -16,12 +16,13 @@
 //! simulation; groups of 32 keep it at 0.9992 (`scripts/gen_int8_reference.py`).
 //!
 //! Every step but the int32 sums is the same code on every CPU, and the int32 sums are
-//! exact, so every kernel gives the same numbers bit for bit. Three kernels compute the sums
+//! exact, so every kernel gives the same numbers bit for bit. Four kernels compute the sums
 //! ([`dispatch`] picks one once per process):
 //! - `avx512-vnni` (`vnni.rs`): `vpdpbusd` on 512-bit vectors;
 //! - `avx-vnni` (`vnni.rs`): `vpdpbusd` on 256-bit vectors (cores with AVX-VNNI and no
 //!   AVX-512);
-//! - `portable` (`portable.rs`): plain Rust that the compiler vectorizes; it runs
+//! - `avx2-int8` (`avx2.rs`): `vpmaddubsw` and `vpmaddwd`, for AVX2 CPUs without VNNI;
+//! - `portable-int8` (`portable.rs`): plain Rust that the compiler vectorizes; it runs
 //!   everywhere.
 //! `vpdpbusd` multiplies unsigned bytes by signed ones, so those kernels read the input rows
 //! shifted by 128 (`q + 128`, 1..255) and start each group's sum from minus 128 times the
@@ -47,6 +48,8 @@ use crate::stages::{time, Stage, Timer};
 mod portable;
 #[cfg(test)]
 mod tests;
+#[cfg(target_arch = "x86_64")]
+mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod vnni;
 
@@ -75,16 +78,18 @@ unsafe impl crate::buffer::Element for QuadLine {}
 pub enum Kernel {
     Avx512Vnni,
     AvxVnni,
+    Avx2,
     Portable,
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 3] = [Kernel::Avx512Vnni, Kernel::AvxVnni, Kernel::Portable];
+    pub const ALL: [Kernel; 4] = [Kernel::Avx512Vnni, Kernel::AvxVnni, Kernel::Avx2, Kernel::Portable];
 
     pub fn name(self) -> &'static str {
         match self {
             Kernel::Avx512Vnni => "avx512-vnni",
             Kernel::AvxVnni => "avx-vnni",
+            Kernel::Avx2 => "avx2-int8",
             Kernel::Portable => "portable-int8",
         }
     }
@@ -104,15 +109,17 @@ impl Kernel {
             Kernel::AvxVnni if cpu.avx_vnni => Ok(()),
             Kernel::AvxVnni if !cpu.avx2 => Err(cpu.missing(Level::Avx2)),
             Kernel::AvxVnni => Err("the CPU has no AVX-VNNI".into()),
+            Kernel::Avx2 if cpu.avx2 => Ok(()),
+            Kernel::Avx2 => Err(cpu.missing(Level::Avx2)),
         }
     }
 
     /// The byte the kernel's input rows are XORed with: 0x80 (q + 128) for `vpdpbusd`'s
-    /// unsigned operand, 0 (q itself) for `portable`.
+    /// unsigned operand, 0 (q itself) for the others.
     fn flip(self) -> u8 {
         match self {
-            Kernel::Portable => 0,
-            _ => 0x80,
+            Kernel::Avx512Vnni | Kernel::AvxVnni => 0x80,
+            Kernel::Avx2 | Kernel::Portable => 0,
         }
     }
 }
@@ -125,7 +132,7 @@ pub struct Dispatch {
 }
 
 impl Dispatch {
-    /// "avx512-vnni", or e.g. "portable-int8 (PG_EMBED_INT8_KERNEL=...)".
+    /// "avx512-vnni", or e.g. "portable-int8 (PG_EMBED_INT8_KERNEL)".
     pub fn describe(&self) -> String {
         match &self.note {
             Some(note) => format!("{} ({note})", self.kernel.name()),
@@ -438,6 +445,9 @@ impl Int8Weight {
                         // SAFETY: the CPU has AVX-VNNI; sizes as above.
                         #[cfg(target_arch = "x86_64")]
                         Kernel::AvxVnni => unsafe { vnni::block256(xq, sa, &part, block, &dest) },
+                        // SAFETY: the CPU has AVX2; sizes as above.
+                        #[cfg(target_arch = "x86_64")]
+                        Kernel::Avx2 => unsafe { avx2::block(xq, sa, &part, block, &dest) },
                         // SAFETY: sizes as above.
                         _ => unsafe { portable::block(xq, sa, &part, block, &dest) },
                     });

@@ -17,7 +17,7 @@ const MR256: usize = 3;
 
 /// Splits `rows` into tiles of at most `mr` rows of near-equal height and runs `tile(first,
 /// height)` on each.
-fn tiles(rows: usize, mr: usize, mut tile: impl FnMut(usize, usize)) {
+pub(super) fn tiles(rows: usize, mr: usize, mut tile: impl FnMut(usize, usize)) {
     let count = rows.div_ceil(mr);
     let mut row = 0;
     for t in 0..count {
@@ -57,7 +57,7 @@ pub unsafe fn block512(xq: &[u8], sa: &[f32], part: &Part<'_>, rows: usize, dest
 }
 
 /// `dest` moved down `rows` rows.
-fn shifted(dest: &Dest, rows: usize) -> Dest {
+pub(super) fn shifted(dest: &Dest, rows: usize) -> Dest {
     Dest {
         out: dest.out.wrapping_add(rows * dest.ld),
         residual: if dest.residual.is_null() { dest.residual } else { dest.residual.wrapping_add(rows * dest.ld) },
