@@ -99,7 +99,24 @@ def cosine_stats(vectors, reference):
     na, nb = np.linalg.norm(a, axis=1), np.linalg.norm(b, axis=1)
     cos = (a * b).sum(1) / (na * nb)
     return {"min_cos_vs_st_fp32": float(cos.min()), "mean_cos_vs_st_fp32": float(cos.mean()),
-            "argmin_cos": int(cos.argmin()), "max_norm_error": float(np.abs(na - 1).max())}
+            "argmin_cos": int(cos.argmin()), "max_norm_error": float(np.abs(na - 1).max()),
+            "top10_vs_st_fp32": top10_agreement(a, b)}
+
+
+def top10_agreement(vectors, reference, queries=100):
+    """Retrieval agreement: the first `queries` rows as queries, each one's 10 nearest among the
+    other rows by cosine under `vectors` and under `reference`; the overlap of the two sets
+    (0 to 1), averaged over the queries."""
+    import numpy as np
+
+    def nearest(m):
+        m = m / np.linalg.norm(m, axis=1, keepdims=True)
+        sims = m[:queries] @ m.T
+        sims[np.arange(len(sims)), np.arange(len(sims))] = -np.inf  # not itself
+        return np.argsort(-sims, axis=1, kind="stable")[:, :10]
+
+    got, want = nearest(np.asarray(vectors, np.float64)), nearest(np.asarray(reference, np.float64))
+    return float(np.mean([len(set(g) & set(w)) / 10 for g, w in zip(got, want)]))
 
 
 def bench_st(model_dir, texts, threads, batch_sizes, singles, vectors=0, bf16=False):

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The throughput bench: the fixed corpus (bench/corpus.txt, 2,000 sentences of 5-60 words)
-# through pg_embed in SQL (one call per row; the array form) in float32 ('minilm') and in
-# bfloat16 ('minilm_bf16': the same source registered with {"precision": "bfloat16"}),
+# through pg_embed in SQL (one call per row; the array form) in float32 ('minilm'), in
+# bfloat16 ('minilm_bf16': the same source registered with {"precision": "bfloat16"}) and in
+# int8 ('minilm_int8', {"precision": "int8"}),
 # pg_embed's pipeline called from Rust (bench/pipeline.rs, float32), sentence-transformers
 # (PyTorch CPU) in float32 and under torch.autocast("cpu", dtype=torch.bfloat16), ONNX Runtime
 # float32 and ONNX Runtime int8 (dynamic quantization), and OpenVINO float32, bf16 and int8
@@ -9,15 +10,16 @@
 # the same thread count, in one run, with the machine's FMA peak measured in the same run.
 # Prints the CPU and its AVX-512 / AMX flags, sentences/s, single-sentence p50/p99, useful
 # GFLOP/s and % of peak per system, the accuracy of every system's corpus vectors (min and mean
-# cosine against float32 sentence-transformers' vectors of the same corpus), the ratios,
-# backend RSS after load and after 10,000 calls for both pg_embed models, and the load time;
+# cosine against float32 sentence-transformers' vectors of the same corpus, and the top-10
+# agreement of 100 queries' nearest neighbours), the ratios, backend RSS after load and after
+# 10,000 calls for the pg_embed models, and the load time;
 # writes bench/results/<commit>-<time>.json. Not part of the tests; asserts nothing.
 #
 #   bench/run.sh [threads]        (default: the machine's cores)
 #
 # Needs a running server with the model registered as 'minilm' (`make demo`; another port
-# with PG_EMBED_PORT=...). 'minilm_bf16' is (re-)registered from minilm's source and options
-# plus {"precision": "bfloat16"}; the run stops if that registration fails. The Python
+# with PG_EMBED_PORT=...). 'minilm_bf16' and 'minilm_int8' are (re-)registered from minilm's
+# source and options plus their precision; the run stops if a registration fails. The Python
 # baselines install into bench/.venv (ignored) on first use; the OpenVINO ones run only when
 # bench/.venv-openvino exists (built by bench/openvino_env.sh, never here: the run says so and
 # goes on without their rows, as it does if they fail).
@@ -31,6 +33,7 @@ pg_embed_resolve_paths
 THREADS="${1:-$(nproc)}"
 MODEL_NAME=minilm
 BF16_MODEL_NAME=minilm_bf16
+INT8_MODEL_NAME=minilm_int8
 BENCH="$REPO/bench"
 CORPUS="$BENCH/corpus.txt"
 VENV="$BENCH/.venv"
@@ -54,37 +57,43 @@ bench_venv "$VENV"
 
 psql_b() { "$PGBIN/psql" -X -q -A -t -h 127.0.0.1 -p "$PG_EMBED_PORT" -U "$PG_SUPERUSER" -d "$PG_EMBED_DB" -v ON_ERROR_STOP=1 "$@"; }
 
-step "models: $MODEL_NAME (float32) and $BF16_MODEL_NAME (bfloat16, the same source)"
-# minilm as `make demo` registered it; minilm_bf16 from its source with its options plus
-# {"precision": "bfloat16"}, registered again unless embed.models already holds exactly that.
-# A failed registration (e.g. a pg_embed without the precision option) stops the run.
+step "models: $MODEL_NAME (float32), $BF16_MODEL_NAME (bfloat16) and $INT8_MODEL_NAME (int8), the same source"
+# minilm as `make demo` registered it; minilm_bf16 and minilm_int8 from its source with its
+# options plus their precision. A failed registration (e.g. a pg_embed without the precision
+# option) stops the run.
 ref="$(psql_b -F ' ' -v model="$MODEL_NAME" <<'SQL'
 SELECT coalesce(options->>'precision', 'float32'), source FROM embed.models WHERE name = :'model'
 SQL
 )" || die "cannot read embed.models (is the server running on port $PG_EMBED_PORT with pg_embed installed?)"
 [ -n "$ref" ] || die "no model '$MODEL_NAME' in embed.models: run 'make demo' first"
 [ "${ref%% *}" = float32 ] || die "'$MODEL_NAME' is registered with precision ${ref%% *}: the bench needs it float32"
-if ! psql_b -v model="$MODEL_NAME" -v bf16="$BF16_MODEL_NAME" >"$RUNS/register.txt" <<'SQL'
+# register_variant NAME PRECISION: NAME from minilm's source and options plus {"precision":
+# PRECISION}, registered again unless embed.models already holds exactly that.
+register_variant() {
+    psql_b -v model="$MODEL_NAME" -v variant="$1" -v precision="$2" >>"$RUNS/register.txt" <<'SQL'
 SET client_min_messages = warning;
-SELECT source AS src, coalesce(options, '{}') || '{"precision": "bfloat16"}' AS opts FROM embed.models
-    WHERE name = :'model' \gset
-SELECT NOT EXISTS (SELECT 1 FROM embed.models WHERE name = :'bf16' AND source = :'src' AND options = :'opts'::jsonb)
+SELECT source AS src, coalesce(options, '{}') || jsonb_build_object('precision', :'precision') AS opts
+    FROM embed.models WHERE name = :'model' \gset
+SELECT NOT EXISTS (SELECT 1 FROM embed.models WHERE name = :'variant' AND source = :'src' AND options = :'opts'::jsonb)
     AS need_register \gset
 \if :need_register
-\echo registering :bf16 :'src' :'opts'
-SELECT embed.register_model(:'bf16', :'src', :'opts'::jsonb) IS NOT NULL AS registered \gset
+\echo registering :variant :'src' :'opts'
+SELECT embed.register_model(:'variant', :'src', :'opts'::jsonb) IS NOT NULL AS registered \gset
 \else
-\echo :bf16 already registered: :'src' :'opts'
+\echo :variant already registered: :'src' :'opts'
 \endif
 SELECT name || ': source ' || source || ', options ' || coalesce(options, '{}')::text || ', dim ' || dim
-    FROM embed.models WHERE name IN (:'model', :'bf16') ORDER BY name;
+    FROM embed.models WHERE name = :'variant';
 SQL
-then
-    die "registering '$BF16_MODEL_NAME' (${ref#* }, {\"precision\": \"bfloat16\"}) failed (the error is above; does the installed pg_embed take the precision option?)"
-fi
+}
+for variant in "$BF16_MODEL_NAME bfloat16" "$INT8_MODEL_NAME int8"; do
+    # shellcheck disable=SC2086 # a name and a precision
+    register_variant $variant \
+        || die "registering '${variant% *}' (${ref#* }, {\"precision\": \"${variant#* }\"}) failed (the error is above; does the installed pg_embed take that precision?)"
+done
 sed 's/^/    /' "$RUNS/register.txt"
 
-for model in "$MODEL_NAME" "$BF16_MODEL_NAME"; do
+for model in "$MODEL_NAME" "$BF16_MODEL_NAME" "$INT8_MODEL_NAME"; do
     step "pg_embed in SQL, $model ($THREADS threads)"
     # One session (backend) per model: corpus into a table, then: single-sentence latency over
     # the first 200 sentences, one call per row over all, and the array form over all (one
@@ -163,10 +172,10 @@ fi
 commit="$(git -C "$REPO" rev-parse --short HEAD)"
 result="$OUT/$commit-$(date -u +%Y%m%dT%H%M%SZ).json"
 "$VENV/bin/python" - "$result" "$commit" "$THREADS" "$cpu" "$cpu_flags" "$RUNS" "$MODEL_NAME" "$BF16_MODEL_NAME" \
-    "$BENCH" <<'PY'
+    "$INT8_MODEL_NAME" "$BENCH" <<'PY'
 import json, os, sys
 import numpy as np
-path, commit, threads, cpu, cpu_flags, runs, fp32_name, bf16_name, bench = sys.argv[1:10]
+path, commit, threads, cpu, cpu_flags, runs, fp32_name, bf16_name, int8_name, bench = sys.argv[1:11]
 sys.path.insert(0, bench)
 from baselines import cosine_stats
 
@@ -183,7 +192,7 @@ rust = lines("rust.json")
 machine = next(r for r in rust if r["system"] == "machine")
 baselines = {b.pop("key"): b for b in lines("baselines.json")}
 pg = {}
-for name, label in ((fp32_name, "float32"), (bf16_name, "bfloat16")):
+for name, label in ((fp32_name, "float32"), (bf16_name, "bfloat16"), (int8_name, "int8")):
     p = lines(f"{name}.json")[-1]
     rows_cos = cosine_stats(vectors(f"{name}.rows.tsv"), reference)
     array_cos = cosine_stats(vectors(f"{name}.array.tsv"), reference)
@@ -191,8 +200,9 @@ for name, label in ((fp32_name, "float32"), (bf16_name, "bfloat16")):
         p[form]["system"] = p[form]["system"].replace("pg_embed SQL", f"pg_embed SQL {label}")
         p[form].update({"model": name, "precision": label, **cos})
     pg[label] = p
-fp, bf = pg["float32"], pg["bfloat16"]
-systems = [fp["per_row"], fp["array"], bf["per_row"], bf["array"]] + [r for r in rust if r["system"] != "machine"] \
+fp, bf, i8 = pg["float32"], pg["bfloat16"], pg["int8"]
+systems = [fp["per_row"], fp["array"], bf["per_row"], bf["array"], i8["per_row"], i8["array"]] \
+    + [r for r in rust if r["system"] != "machine"] \
     + list(baselines.values())
 peak = machine["fma_peak_gflops"]
 for s in systems:
@@ -214,12 +224,14 @@ for s in systems:
 # best batch size. Cosines: against float32 sentence-transformers' vectors of the whole corpus
 # (pg_embed: the one-call-per-row vectors; the array form's are printed below the table).
 table = []
-for label, p in (("pg_embed float32 (minilm)", fp), ("pg_embed bfloat16 (minilm_bf16)", bf)):
+for label, p in (("pg_embed float32 (minilm)", fp), ("pg_embed bfloat16 (minilm_bf16)", bf),
+                 ("pg_embed int8 (minilm_int8)", i8)):
     table.append({"system": label, "batch": p["array"]["sentences_per_s"], "per_row": p["per_row"]["sentences_per_s"],
                   "p50": p["per_row"]["single_p50_ms"], "p99": p["per_row"]["single_p99_ms"],
-                  "min_cos": p["per_row"]["min_cos_vs_st_fp32"], "mean_cos": p["per_row"]["mean_cos_vs_st_fp32"]})
+                  "min_cos": p["per_row"]["min_cos_vs_st_fp32"], "mean_cos": p["per_row"]["mean_cos_vs_st_fp32"],
+                  "top10": p["per_row"]["top10_vs_st_fp32"], "kernel": p["loaded"]["kernel"]})
 table.append({"system": "pg_embed pipeline from Rust (float32)", "batch": rs["sentences_per_s"], "per_row": None,
-              "p50": rs["single_p50_ms"], "p99": rs["single_p99_ms"], "min_cos": None, "mean_cos": None})
+              "p50": rs["single_p50_ms"], "p99": rs["single_p99_ms"], "min_cos": None, "mean_cos": None, "top10": None})
 for key, label in (("ort", "ONNX Runtime float32"), ("ort_int8", "ONNX Runtime int8 dynamic"),
                    ("st", "sentence-transformers float32"), ("st_bf16", "sentence-transformers bf16 autocast"),
                    ("ov", "OpenVINO float32"), ("ov_bf16", "OpenVINO bf16 hint"), ("ov_int8", "OpenVINO int8 static")):
@@ -230,22 +242,25 @@ for key, label in (("ort", "ONNX Runtime float32"), ("ort_int8", "ONNX Runtime i
         label += f" (ran {b['inference_precision_hint']})"
     table.append({"system": label, "batch": b["sentences_per_s"], "per_row": None, "batch_size": b["best_batch"],
                   "p50": b["single_p50_ms"], "p99": b["single_p99_ms"],
-                  "min_cos": b["min_cos_vs_st_fp32"], "mean_cos": b["mean_cos_vs_st_fp32"]})
+                  "min_cos": b["min_cos_vs_st_fp32"], "mean_cos": b["mean_cos_vs_st_fp32"],
+                  "top10": b.get("top10_vs_st_fp32")})
 for t in table:
     t["batch_vs_ort_fp32"] = t["batch"] / ort["sentences_per_s"]
     t["batch_vs_ort_int8"] = t["batch"] / ort8["sentences_per_s"]
     t["p50_vs_ort_fp32_p50"] = t["p50"] / ort["single_p50_ms"]
 print()
 print(f"{'system':38} {'batch s/s':>9} {'row s/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'min cos':>8} {'mean cos':>8} "
-      f"{'/ORT32':>6} {'/ORT8':>6} {'p50/ORT32':>9}")
+      f"{'top-10':>6} {'/ORT32':>6} {'/ORT8':>6} {'p50/ORT32':>9}")
 for t in table:
     print(f"{t['system']:38} {t['batch']:9.1f} {fmt(t['per_row'], 1):>8} {t['p50']:7.2f} {t['p99']:7.2f} "
-          f"{fmt(t['min_cos'], 5):>8} {fmt(t['mean_cos'], 5):>8} {t['batch_vs_ort_fp32']:6.2f} "
+          f"{fmt(t['min_cos'], 5):>8} {fmt(t['mean_cos'], 5):>8} {fmt(t['top10'], 3):>6} {t['batch_vs_ort_fp32']:6.2f} "
           f"{t['batch_vs_ort_int8']:6.2f} {t['p50_vs_ort_fp32_p50']:9.2f}")
 print("batch: pg_embed embed(model, text[]) over the corpus, the Python systems at their best batch size "
       f"({', '.join(k + ' ' + str(b['best_batch']) for k, b in baselines.items())}); row: one embed() call per row in SQL; "
       "p50/p99: one sentence per call (pg_embed: per row in SQL); cos: against float32 sentence-transformers, "
-      f"all {len(reference)} corpus vectors (pg_embed: the per-row vectors)")
+      f"all {len(reference)} corpus vectors (pg_embed: the per-row vectors); top-10: the first 100 corpus sentences "
+      "as queries, the overlap of each one's 10 nearest other sentences with float32 sentence-transformers' "
+      f"10 nearest, averaged; pg_embed kernels: {', '.join(t['system'].split()[1] + ' ' + t['kernel'] for t in table if t.get('kernel'))}")
 for label, p in pg.items():
     a = p["array"]
     print(f"pg_embed {label} array-form vectors: min cos {a['min_cos_vs_st_fp32']:.5f}, mean {a['mean_cos_vs_st_fp32']:.5f}; "
@@ -271,12 +286,16 @@ ratios = {
     "bf16 array / ORT int8 (batch throughput)": bf["array"]["sentences_per_s"] / ort8["sentences_per_s"],
     "bf16 per row / float32 per row": bf["per_row"]["sentences_per_s"] / row["sentences_per_s"],
     "single p50: bf16 SQL per row / float32 SQL per row": bf["per_row"]["single_p50_ms"] / row["single_p50_ms"],
+    "int8 array / bf16 array": i8["array"]["sentences_per_s"] / bf["array"]["sentences_per_s"],
+    "int8 array / float32 array": i8["array"]["sentences_per_s"] / arr,
+    "single p50: int8 SQL per row / bf16 SQL per row": i8["per_row"]["single_p50_ms"] / bf["per_row"]["single_p50_ms"],
     "sentence-transformers bf16 autocast / float32 (batch)": st16["sentences_per_s"] / st["sentences_per_s"],
     "ORT int8 / float32 (batch)": ort8["sentences_per_s"] / ort["sentences_per_s"],
 }
 if "ov" in baselines and "ov_int8" in baselines:
     ratios["OpenVINO float32 / ORT float32 (batch)"] = baselines["ov"]["sentences_per_s"] / ort["sentences_per_s"]
     ratios["OpenVINO int8 / float32 (batch)"] = baselines["ov_int8"]["sentences_per_s"] / baselines["ov"]["sentences_per_s"]
+    ratios["int8 array / OpenVINO int8 (batch)"] = i8["array"]["sentences_per_s"] / baselines["ov_int8"]["sentences_per_s"]
 print()
 for k, v in ratios.items():
     print(f"{k:56} {v:6.2f}")
