@@ -17,7 +17,9 @@ bench_header() {
 # transformers, ONNX Runtime, Pillow (large: PyTorch).
 bench_venv() {
     [ -x "$1/bin/python" ] && return 0
-    step "bench venv $1: torch, sentence-transformers, transformers, onnxruntime, Pillow (first run only)"
+    step "bench venv $1: torch, sentence-transformers, transformers, onnxruntime, Pillow, matplotlib (first run only)"
     python3 -m venv "$1"
-    "$1/bin/pip" install -q torch "sentence-transformers==6.2.0" "transformers==5.23.0" onnxruntime onnx onnxscript pillow
+    # matplotlib: bench/charts.py draws docs/charts/*.svg from bench/results with it.
+    "$1/bin/pip" install -q torch "sentence-transformers==6.2.0" "transformers==5.23.0" onnxruntime onnx onnxscript pillow \
+        "matplotlib==3.11.2"
 }

@@ -76,12 +76,16 @@ section_done
 cd "$REPO"
 mkdir -p target
 
-# ---- 0. static checks: docker/ (no Docker engine here: the image is not built), and the
-# code's structure (no import cycle between files, no source file over 800 lines) ----------
+# ---- 0. static checks: docker/ (no Docker engine here: the image is not built), the
+# code's structure (no import cycle between files, no source file over 800 lines), and the
+# docs (every relative link of README.md and docs/ resolves; every SQL function, view and
+# setting is in docs/sql-reference.md) ------------------------------------------------------
 if [ "$PG_MAJOR" = 18 ] && want pgrx; then
-    section "static checks (docker/, structure)"
+    section "static checks (docker/, structure, docs)"
     python3 scripts/check_docker_test.py
     python3 scripts/check_structure.py
+    python3 scripts/check_docs_test.py
+    python3 scripts/check_docs.py
     section_done
 fi
 
