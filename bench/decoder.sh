@@ -7,7 +7,8 @@
 # sentences/s at each system's best batch, single-sentence p50/p99, the ratios against the
 # issue's goals, useful GFLOP/s against the FMA peak measured in the same run, the smallest
 # cosine between the two systems' vectors, the same in bfloat16 (pg_embed with
-# {"precision": "bfloat16"} against PyTorch under bfloat16 autocast, cosines to PyTorch
+# {"precision": "bfloat16"} against PyTorch under bfloat16 autocast, and {"precision": "int8"}
+# against pg_embed's bfloat16; cosines to PyTorch
 # float32's vectors), and memory after load: each bench process's RSS,
 # and a PostgreSQL backend's when a server with pg_embed is running on PG_EMBED_PORT
 # (`make demo`). Writes bench/results/decoder-<commit>-<time>.json. Not part of the tests;
@@ -62,6 +63,10 @@ step "pg_embed pipeline from Rust, bfloat16 ($THREADS threads, max_batch_tokens 
 (cd "$REPO" && BENCH_OPTIONS='{"precision": "bfloat16"}' cargo run -q --release -p pg_embed_core --example bench_pipeline -- \
     "$DATA" "$CORPUS" "$THREADS" 4096 "$SENTENCES" "$SINGLES" "$VECTORS") >"$RUNS/bf16-rust.json"
 
+step "pg_embed pipeline from Rust, int8 ($THREADS threads, max_batch_tokens 4096)"
+(cd "$REPO" && BENCH_OPTIONS='{"precision": "int8"}' cargo run -q --release -p pg_embed_core --example bench_pipeline -- \
+    "$DATA" "$CORPUS" "$THREADS" 4096 "$SENTENCES" "$SINGLES" "$VECTORS") >"$RUNS/int8-rust.json"
+
 step "sentence-transformers on PyTorch, float32 and bfloat16 autocast ($THREADS threads)"
 "$BENCH_VENV/bin/python" "$BENCH/baselines.py" --model "$DATA" --corpus "$CORPUS" --systems st,st_bf16 \
     --threads "$THREADS" --batch-sizes 8,16,32 --sentences "$SENTENCES" --singles "$SINGLES" --vectors "$VECTORS" \
@@ -99,16 +104,24 @@ info "load average after: $load_after (1, 5, 15 minutes; the bench itself adds a
 commit="$(git -C "$REPO" rev-parse --short HEAD)"
 result="$OUT/decoder-$commit-$(date -u +%Y%m%dT%H%M%SZ).json"
 "$BENCH_VENV/bin/python" - "$result" "$commit" "$THREADS" "$cpu" "$flags" "$RUNS/torch.json" "$backend_json" \
-    "$load_before" "$load_after" "$RUNS/bf16-rust.json" "$RUNS"/rust-*.json <<'PY'
+    "$load_before" "$load_after" "$RUNS/bf16-rust.json" "$RUNS/int8-rust.json" "$RUNS"/rust-*.json <<'PY'
 import json, math, sys
-path, commit, threads, cpu, flags, torch, backend, load_before, load_after, rust16 = sys.argv[1:11]
-runs = [[json.loads(line) for line in open(r) if line.startswith("{")] for r in sys.argv[11:]]
-rs16 = next(o for o in (json.loads(line) for line in open(rust16) if line.startswith("{")) if o["system"] != "machine")
+path, commit, threads, cpu, flags, torch, backend, load_before, load_after, rust16, rust8 = sys.argv[1:12]
+runs = [[json.loads(line) for line in open(r) if line.startswith("{")] for r in sys.argv[12:]]
+
+
+def pg_embed_line(lines):
+    """bench_pipeline's result line (not its machine or stages lines)."""
+    return next(o for o in lines if o["system"].startswith("pg_embed"))
+
+
+rs16 = pg_embed_line(json.loads(line) for line in open(rust16) if line.startswith("{"))
+rs8 = pg_embed_line(json.loads(line) for line in open(rust8) if line.startswith("{"))
 baselines = {o["key"]: o for o in (json.loads(line) for line in open(torch) if line.startswith("{"))}
 pt16 = baselines["st_bf16"]
 pt = baselines["st"]
 backend = json.loads(backend)
-rs_runs = [next(o for o in r if o["system"] != "machine") for r in runs]
+rs_runs = [pg_embed_line(r) for r in runs]
 machine = next(o for o in runs[0] if o["system"] == "machine")
 rs = max(rs_runs, key=lambda o: o["sentences_per_s"])
 # Single-sentence latency does not depend on max_batch_tokens: the best p50 of the runs.
@@ -155,6 +168,17 @@ for name, s in (("pg_embed pipeline (Rust), bfloat16", rs16), (pt16["system"], p
     print(f"{name:40} {s['sentences_per_s']:8.2f} {s['sentences_per_s'] / pt16['sentences_per_s']:6.2f} "
           f"{s['single_p50_ms']:8.1f} {s['single_p50_ms'] / pt16['single_p50_ms']:6.2f} {rate:8.0f} {cos:9.6f}")
 print("(ratios: to PyTorch bf16 autocast; goal of the issue on AMX: sentences/s >= 1.5; min cos: to PyTorch float32)")
+# int8: against pg_embed's bfloat16 (the issue's goal: sentences/s >= 1.5x, on VNNI CPUs).
+rate = gflop * rs8["sentences_per_s"] / sentences
+cos8 = min(cosine(a, b) for a, b in zip(rs8["vectors"], pt["vectors"]))
+int8_row = {"sentences_per_s_vs_pg_embed_bf16": rs8["sentences_per_s"] / rs16["sentences_per_s"],
+            "single_p50_vs_pg_embed_bf16": rs8["single_p50_ms"] / rs16["single_p50_ms"],
+            "sentences_per_s_vs_pytorch_bf16": rs8["sentences_per_s"] / pt16["sentences_per_s"],
+            "gops": rate, "min_cosine_to_float32": cos8}
+print(f"\nint8: pg_embed {rs8['sentences_per_s']:.2f} sentences/s ({int8_row['sentences_per_s_vs_pg_embed_bf16']:.2f}x its "
+      f"bfloat16, {int8_row['sentences_per_s_vs_pytorch_bf16']:.2f}x PyTorch bf16 autocast), single p50 "
+      f"{rs8['single_p50_ms']:.1f} ms ({int8_row['single_p50_vs_pg_embed_bf16']:.2f}x bfloat16's), {rate:.0f} GOP/s, "
+      f"min cosine to PyTorch float32 {cos8:.6f}")
 print("\nmemory after load (RSS, MB):")
 print(f"  pg_embed pipeline process: {rs['rss_before_load_mb']:.0f} before, {rs['rss_after_load_mb']:.0f} after load "
       f"(load {rs['load_ms']:.0f} ms), {rs['rss_after_run_mb']:.0f} after the batch run")
@@ -163,12 +187,12 @@ print(f"  PyTorch process:           {pt['rss_before_load_mb']:.0f} before, {pt[
 if backend:
     print(f"  PostgreSQL backend:        {backend['rss_before_load_mb']:.0f} before, {backend['rss_after_load_mb']:.0f} after "
           f"register_model and the first embed() ({backend['first_call_ms']:.0f} ms, dim {backend['dim']})")
-for s in rs_runs + [pt, rs16, pt16]:
+for s in rs_runs + [pt, rs16, pt16, rs8]:
     s.pop("vectors")
     s.pop("_corpus_vectors", None)
 json.dump({"commit": commit, "threads": int(threads), "cpu": cpu, "flags": flags.split(),
            "load_average": {"before": load_before, "after": load_after}, "machine": machine,
-           "systems": rs_runs + [pt, rs16, pt16], "backend": backend, "ratios": ratios, "min_cosine": min(cosines),
-           "cosines": cosines, "bfloat16": bf16_rows}, open(path, "w"), indent=1)
+           "systems": rs_runs + [pt, rs16, pt16, rs8], "backend": backend, "ratios": ratios, "min_cosine": min(cosines),
+           "cosines": cosines, "bfloat16": bf16_rows, "int8": int8_row}, open(path, "w"), indent=1)
 print(f"wrote {path}")
 PY

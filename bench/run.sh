@@ -202,7 +202,7 @@ for name, label in ((fp32_name, "float32"), (bf16_name, "bfloat16"), (int8_name,
     pg[label] = p
 fp, bf, i8 = pg["float32"], pg["bfloat16"], pg["int8"]
 systems = [fp["per_row"], fp["array"], bf["per_row"], bf["array"], i8["per_row"], i8["array"]] \
-    + [r for r in rust if r["system"] != "machine"] \
+    + [r for r in rust if r["system"] not in ("machine", "stages")] \
     + list(baselines.values())
 peak = machine["fma_peak_gflops"]
 for s in systems:
