@@ -146,7 +146,7 @@ CROSS JOIN LATERAL (
 ) AS d;
 SELECT name, precision,
        CASE precision WHEN 'float32' THEN kernel IN ('avx512-float32', 'gemm-float32')
-                      WHEN 'int8' THEN kernel ~ '^(avx512-vnni|avx-vnni|portable-int8)( \(.*\))?$'
+                      WHEN 'int8' THEN kernel ~ '^(avx512-vnni|avx-vnni|avx2-int8|portable-int8)( \(.*\))?$'
                       ELSE kernel ~ '^(amx-bf16|avx512-bf16|portable)( \(.*\))?$' END AS known_kernel
 FROM embed.loaded_models() WHERE name LIKE 'minilm%' ORDER BY name;
 SELECT pg_temp.err($$SELECT embed.register_model('x', 'all-MiniLM-L6-v2', '{"precision": "float16"}')$$);
