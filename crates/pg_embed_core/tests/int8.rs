@@ -52,8 +52,11 @@ fn minilm_in_int8_stays_close_to_sentence_transformers() {
     for (case, got) in g.cases.iter().zip(&batch) {
         let cos = cosine(got, &case.embedding);
         assert!(cos >= 0.997, "case {}: cosine {cos} to sentence-transformers float32", case.name);
+        // Quantization is per row, so a text alone gets its vector in a batch (bit for bit on
+        // the CPUs measured; where float32 attention adds in another order for a batch, a
+        // flipped rounding of one quantized value may move it by about int8's own deviation).
         let alone = p.embed(&[case.text.as_str()]).unwrap().remove(0);
-        assert_eq!(alone, *got, "case {}: alone and in a batch", case.name);
+        assert!(cosine(&alone, got) >= 0.999, "case {}: alone and in a batch", case.name);
         (min, sum) = (min.min(cos), sum + cos);
     }
     eprintln!(
