@@ -16,11 +16,7 @@ pub unsafe fn block(xs: &[u32], pairs: usize, w: &[PairLine], rows: usize, dest:
     for t in 0..tiles {
         let h = rows / tiles + usize::from(t < rows % tiles);
         let (a, b) = (xs[row * pairs..].as_ptr(), w.as_ptr().cast::<u32>());
-        let d = Dest {
-            out: dest.out.wrapping_add(row * dest.ld),
-            residual: if dest.residual.is_null() { dest.residual } else { dest.residual.wrapping_add(row * dest.ld) },
-            ..*dest
-        };
+        let d = dest.down(row);
         // SAFETY: h rows from `row` are within xs (asserted) and dest (the caller's).
         unsafe {
             match h {

@@ -467,6 +467,40 @@ pub(crate) struct Dest {
     pub(crate) residual: *const f32,
 }
 
+impl Dest {
+    /// This destination moved down `rows` rows.
+    pub(crate) fn down(&self, rows: usize) -> Dest {
+        Dest {
+            out: self.out.wrapping_add(rows * self.ld),
+            residual: if self.residual.is_null() { self.residual } else { self.residual.wrapping_add(rows * self.ld) },
+            ..*self
+        }
+    }
+
+    /// Finishes rows of sums (`sums[r]`, one panel's 32 columns, the first `cols` used) into
+    /// the destination's first rows: (sum + bias) + residual, in that order.
+    ///
+    /// # Safety
+    /// The destination holds `sums.len()` rows (this thread's columns).
+    pub(crate) unsafe fn store(&self, sums: &[[f32; NR]]) {
+        for (r, s) in sums.iter().enumerate() {
+            for (j, v) in s.iter().take(self.cols).enumerate() {
+                // SAFETY: row r, column j < cols, as the caller promises.
+                unsafe {
+                    let mut v = *v;
+                    if !self.bias.is_null() {
+                        v += *self.bias.add(j);
+                    }
+                    if !self.residual.is_null() {
+                        v += *self.residual.add(r * self.ld + j);
+                    }
+                    *self.out.add(r * self.ld + j) = v;
+                }
+            }
+        }
+    }
+}
+
 /// The buffers of a product, reused across calls on a thread.
 #[derive(Default)]
 struct Scratch {

@@ -78,20 +78,7 @@ pub unsafe fn portable_block(xs: &[u32], pairs: usize, w: &[PairLine], rows: usi
     for first in (0..rows).step_by(RT) {
         let n = RT.min(rows - first);
         sums(&xs[first * pairs..(first + n) * pairs], pairs, w, &mut s);
-        for (r, s) in (first..first + n).zip(&s) {
-            for (j, v) in s.iter().take(dest.cols).enumerate() {
-                // SAFETY: row r < rows, column j < cols of dest, as the caller promises.
-                unsafe {
-                    let mut v = *v;
-                    if !dest.bias.is_null() {
-                        v += *dest.bias.add(j);
-                    }
-                    if !dest.residual.is_null() {
-                        v += *dest.residual.add(r * dest.ld + j);
-                    }
-                    *dest.out.add(r * dest.ld + j) = v;
-                }
-            }
-        }
+        // SAFETY: rows first..first + n of dest, as the caller promises.
+        unsafe { dest.down(first).store(&s[..n]) };
     }
 }

@@ -6,7 +6,7 @@
 //! operation, so the results are the same bit for bit. It reads the input rows as they are
 //! (q, flip 0).
 
-use super::{finish, Part, GROUP, NR, QUADS};
+use super::{Part, GROUP, NR, QUADS};
 use crate::kernels::bf16::Dest;
 use std::arch::x86_64::*;
 
@@ -36,9 +36,8 @@ pub unsafe fn block(xq: &[u8], sa: &[f32], part: &Part<'_>, rows: usize, dest: &
                 }
             }
         }
-        let d = super::vnni::shifted(dest, row);
         // SAFETY: rows row..row + h of dest, as the caller promises.
-        unsafe { finish(&s[..h], &d) };
+        unsafe { dest.down(row).store(&s[..h]) };
     });
 }
 

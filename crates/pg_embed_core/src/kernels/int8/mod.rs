@@ -24,11 +24,12 @@
 //! - `avx2-int8` (`avx2.rs`): `vpmaddubsw` and `vpmaddwd`, for AVX2 CPUs without VNNI;
 //! - `portable-int8` (`portable.rs`): plain Rust that the compiler vectorizes; it runs
 //!   everywhere.
+//!
 //! `vpdpbusd` multiplies unsigned bytes by signed ones, so those kernels read the input rows
 //! shifted by 128 (`q + 128`, 1..255) and start each group's sum from minus 128 times the
 //! sum of the group's weights (kept with the weight, [`Int8Weight`]'s `offsets`): the same
 //! integer. Before a vector kernel is used, a product of random values is computed with it
-//! and with `portable` and must agree bit for bit ([`dispatch`]); otherwise `portable` runs
+//! and with `portable-int8` and must agree bit for bit ([`dispatch`]); otherwise `portable-int8` runs
 //! and the dispatch note says why.
 //!
 //! The packed layout: panels of [`NR`] (32) outputs; in a panel, for each group, for each of
@@ -472,30 +473,6 @@ pub(crate) struct Part<'a> {
     scales: &'a [f32],
     offsets: &'a [i32],
     groups: usize,
-}
-
-/// Finishes `rows` rows of a panel's scaled sums (`sums[r]`, 32 columns) into `dest`: (sum +
-/// bias) + residual, in that order.
-///
-/// # Safety
-/// `dest` holds `rows` rows (this thread's columns).
-#[inline]
-unsafe fn finish(sums: &[[f32; NR]], dest: &Dest) {
-    for (r, s) in sums.iter().enumerate() {
-        for (j, v) in s.iter().take(dest.cols).enumerate() {
-            // SAFETY: row r, column j < cols of dest, as the caller promises.
-            unsafe {
-                let mut v = *v;
-                if !dest.bias.is_null() {
-                    v += *dest.bias.add(j);
-                }
-                if !dest.residual.is_null() {
-                    v += *dest.residual.add(r * dest.ld + j);
-                }
-                *dest.out.add(r * dest.ld + j) = v;
-            }
-        }
-    }
 }
 
 /// The buffers of a product, reused across calls on a thread.

@@ -2,7 +2,7 @@
 //! `dispatch!`, for AVX-512, AVX2 + FMA or the baseline), so it runs on every CPU; and the
 //! quantization of the input rows, which every kernel uses.
 
-use super::{finish, quantize, scale, Part, GROUP, NR, QUADS};
+use super::{quantize, scale, Part, GROUP, NR, QUADS};
 use crate::kernels::bf16::Dest;
 
 dispatch! {
@@ -75,12 +75,7 @@ pub unsafe fn block(xq: &[u8], sa: &[f32], part: &Part<'_>, rows: usize, dest: &
     for first in (0..rows).step_by(RT) {
         let n = RT.min(rows - first);
         sums(&xq[first * kp..(first + n) * kp], &sa[first * groups..(first + n) * groups], kp, groups, part.lines, part.scales, &mut s);
-        let d = Dest {
-            out: dest.out.wrapping_add(first * dest.ld),
-            residual: if dest.residual.is_null() { dest.residual } else { dest.residual.wrapping_add(first * dest.ld) },
-            ..*dest
-        };
         // SAFETY: rows first..first + n of dest, as the caller promises.
-        unsafe { finish(&s[..n], &d) };
+        unsafe { dest.down(first).store(&s[..n]) };
     }
 }

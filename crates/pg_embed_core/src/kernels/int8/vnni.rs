@@ -2,9 +2,9 @@
 //! times signed weights, four to a dword, into int32) on 512- and 256-bit vectors. Each
 //! group's sums start from the panel's offsets (-128 times the group's weight sums), so they
 //! are portable's sums exactly; the scaling is portable's too, operation for operation
-//! (convert, multiply the scales, multiply, add), then `super::finish`.
+//! (convert, multiply the scales, multiply, add), then `Dest::store`.
 
-use super::{finish, Part, GROUP, NR, QUADS};
+use super::{Part, GROUP, NR, QUADS};
 use crate::kernels::bf16::Dest;
 use std::arch::x86_64::*;
 
@@ -50,19 +50,9 @@ pub unsafe fn block512(xq: &[u8], sa: &[f32], part: &Part<'_>, rows: usize, dest
                 _ => tile512::<1>(groups, x, a, part, &mut s),
             }
         }
-        let d = shifted(dest, row);
         // SAFETY: rows row..row + h of dest, as the caller promises.
-        unsafe { finish(&s[..h], &d) };
+        unsafe { dest.down(row).store(&s[..h]) };
     });
-}
-
-/// `dest` moved down `rows` rows.
-pub(super) fn shifted(dest: &Dest, rows: usize) -> Dest {
-    Dest {
-        out: dest.out.wrapping_add(rows * dest.ld),
-        residual: if dest.residual.is_null() { dest.residual } else { dest.residual.wrapping_add(rows * dest.ld) },
-        ..*dest
-    }
 }
 
 /// The scaled sums of R rows (from `x`, `groups * 32` bytes apart; scales from `a`,
@@ -126,9 +116,8 @@ pub unsafe fn block256(xq: &[u8], sa: &[f32], part: &Part<'_>, rows: usize, dest
                 }
             }
         }
-        let d = shifted(dest, row);
         // SAFETY: rows row..row + h of dest, as the caller promises.
-        unsafe { finish(&s[..h], &d) };
+        unsafe { dest.down(row).store(&s[..h]) };
     });
 }
 
